@@ -1,0 +1,27 @@
+# Two commands do all set-up on a fresh machine: `make demo` (the main job) and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.kz-installed
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test lint gpu-check clean
+
+$(STAMP): pyproject.toml plugins/triton/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e . -e plugins/triton -e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/kz eval --problems builtin --solutions builtin --language triton --out runs/demo/results.jsonl
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+gpu-check:
+	scripts/gpu-check
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,1 @@
+"""Built-in behaviour as ordinary plugins, registered after every installed plugin so any can override them."""

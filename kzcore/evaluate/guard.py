@@ -1,0 +1,59 @@
+"""Runtime guard: records every PyTorch operator a candidate's forward dispatches outside its own kernel
+launches. Allocation, views, copies and shape queries are allowed; anything that computes is not.
+
+Language plugins call `suspended()` around their kernel launches (the Triton interpreter itself runs
+torch ops on the host; those are the kernel's, not the forward's)."""
+
+from __future__ import annotations
+
+import contextlib
+
+ALLOWED_OPS = frozenset(
+    """
+    empty empty_like empty_strided empty_permuted new_empty new_empty_strided
+    zeros zeros_like new_zeros ones ones_like new_ones full full_like new_full fill_ zero_ arange
+    view _unsafe_view reshape _reshape_alias as_strided expand expand_as permute transpose t squeeze
+    unsqueeze flatten unflatten slice select split split_with_sizes chunk unbind narrow detach alias
+    lift_fresh lift_fresh_copy clone contiguous copy_ _to_copy to resize_ view_as
+    _local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset is_same_size is_contiguous
+    stride size numel dim
+    """.split()
+)
+
+_depth = 0  # >0 while a candidate kernel launch is in progress
+
+
+@contextlib.contextmanager
+def suspended():
+    """Run a block (a kernel launch) without the guard recording its operators."""
+    global _depth
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    _depth += 1
+    try:
+        with _disable_current_modes():
+            yield
+    finally:
+        _depth -= 1
+
+
+def _mode_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class ComputeOpRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.forbidden: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if _depth == 0 and name not in ALLOWED_OPS and name not in self.forbidden:
+                self.forbidden.append(name)
+            return func(*args, **(kwargs or {}))
+
+    return ComputeOpRecorder
+
+
+def recorder():
+    """A fresh dispatch mode; use as a context manager, then read ``.forbidden`` (aten op names)."""
+    return _mode_class()()

@@ -1,0 +1,64 @@
+"""Parent side of evaluation: validate, skip what the results file already holds, send the rest to an
+executor, and file every result as it arrives (results file + the kz_result_filed hook)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kzcore.plugins import executors, get_plugin_manager, plugin_specs, require_language
+from kzcore.results import ResultsWriter, read_results, run_header
+from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem
+
+
+def plan_jobs(problems: list[Problem], candidates: list[Candidate], config: EvalConfig, done: set[str]) -> list[EvalJob]:
+    by_key = {(p.level, p.name): p for p in problems}
+    jobs = []
+    for cand in candidates:
+        problem = by_key.get((cand.level, cand.problem))
+        if problem is None or cand.key in done:
+            continue
+        jobs.append(EvalJob(problem=problem, candidate=cand, config=config))
+    return jobs
+
+
+def evaluate(
+    problems: list[Problem],
+    candidates: list[Candidate],
+    config: EvalConfig,
+    out: Path,
+    executor: str = "local",
+    workers: int | None = None,
+    on_result: Callable[[EvalResult], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    pm=None,
+) -> list[EvalResult]:
+    """Evaluate ``candidates`` and append results to ``out``; returns every result for these candidates,
+    including ones already in ``out`` from an earlier (interrupted) run, which are not evaluated again."""
+    pm = pm or get_plugin_manager()
+    for language in sorted({c.language for c in candidates}):
+        require_language(language, pm)
+    wanted = {c.key for c in candidates}
+    previous = [r for r in read_results(out) if r.key in wanted]
+    jobs = plan_jobs(problems, candidates, config, {r.key for r in previous})
+    if on_start:
+        on_start(len(previous), len(jobs))
+    results = list(previous)
+    if not jobs:
+        return results
+    specs = plugin_specs(pm)
+    pool = executors(pm).get(executor)(workers=workers, config=config, plugins=specs)
+    writer = ResultsWriter(out)
+    try:
+        pool.start()
+        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), specs))
+        for result in pool.map(jobs):
+            writer.write(result)
+            results.append(result)
+            pm.hook.kz_result_filed(result=result)
+            if on_result:
+                on_result(result)
+    finally:
+        writer.close()
+        pool.close()
+    return results

@@ -1,0 +1,1 @@
+"""Where candidates run: the local worker pool here; other executors register as plugins."""

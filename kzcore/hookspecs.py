@@ -1,0 +1,249 @@
+"""Every hook kzcore calls. The docstrings here are the hook reference (docs/hooks.md mirrors the
+signatures, and a test keeps the two in step). Hooks are always called with keyword arguments.
+
+Two shapes only: collector hooks ``kz_register_*`` / ``kz_prompt_sections`` / lifecycle notifications,
+which every plugin may implement; and dispatch hooks (``firstresult=True``), keyed by an argument, where a
+plugin returns None for inputs that are not its own and the core's ``trylast`` default answers last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from kzcore import PROJECT
+from kzcore.types import EvalConfig, EvalResult, Language, OutputCheck, Phase, Problem, PromptSection, Timing
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+# ---------------------------------------------------------------------------------------------------
+# registration
+# ---------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def kz_register_languages(register: Callable[[Language], None]) -> None:
+    """Register kernel languages this plugin can compile and run.
+
+    :param register: call ``register(Language(name=..., ...))`` once per language.
+
+    Implemented by language plugins (``kz_triton``, ``kz_cuda``). The evaluator refuses a candidate whose
+    language nobody registered, naming the installed ones.
+    """
+
+
+@hookspec
+def kz_register_executors(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register executors: places where candidates run.
+
+    :param register: call ``register(name, factory)``; ``factory(workers=int|None, config=EvalConfig,
+        plugins=list[str])`` returns an object with ``map(jobs) -> Iterator[EvalResult]`` and ``close()``.
+
+    The core registers ``local`` (a pool of spawned worker processes); cluster executors come as plugins.
+    """
+
+
+@hookspec
+def kz_register_policies(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register policy backends (models that produce completions).
+
+    :param register: call ``register(name, factory)``; ``factory(spec: str)`` returns a policy object.
+
+    Implemented by model plugins (``kz_models``: hf, vllm, openai, replay).
+    """
+
+
+@hookspec
+def kz_register_suites(register: Callable[[str, Path], None]) -> None:
+    """Register named problem suites.
+
+    :param register: call ``register(name, path)`` where ``path`` is a KernelBench-style directory
+        (``level1/``, ``level2/``, optional ``solutions/<language>/levelN/``).
+
+    The core registers ``builtin``; ``--problems NAME[:level]`` selects a registered suite.
+    """
+
+
+# ---------------------------------------------------------------------------------------------------
+# kernel pipeline (run inside evaluator workers, except extraction and static checks)
+# ---------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kz_extract_source(language: str, completion: str) -> str | None:
+    """Extract the candidate's source code from a model completion.
+
+    :param language: the candidate's kernel language.
+    :param completion: raw model output (may hold reasoning text and several code blocks).
+    :return: the source, or None to defer. The core's default picks the last fenced block that defines
+        ``ModelNew`` (or the unfenced text when it does); "" means no usable code (``format_error``).
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_static_check(language: str, source: str) -> list[str] | None:
+    """Check a candidate's source before anything runs.
+
+    :param language: the candidate's kernel language.
+    :param source: the extracted module source.
+    :return: a list of violations (each a short reason; empty when the source passes), or None when
+        ``language`` is not this plugin's.
+
+    Stops at first non-None result. Implemented by the language plugin; no core default.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_load_candidate(language: str, path: Path, device: str) -> ModuleType | None:
+    """Compile/import a candidate module from a real file.
+
+    :param language: the candidate's kernel language.
+    :param path: a file in the worker's scratch directory holding the source.
+    :param device: ``"cuda"`` or ``"cpu"``.
+    :return: the imported module (it must define ``ModelNew``), or None when ``language`` is not this
+        plugin's. Raise ``kzcore.errors.CompileError(log)`` when the candidate does not build.
+
+    Stops at first non-None result. Runs in a worker process, never in ``kz`` itself.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_instrument_candidate(language: str, module: ModuleType) -> Callable[[], int] | None:
+    """Make the candidate's own kernel launches countable.
+
+    :param language: the candidate's kernel language.
+    :param module: the loaded candidate module.
+    :return: a zero-argument callable returning how many of the module's kernels have launched so far,
+        or None when ``language`` is not this plugin's. A forward that launches none is ``hack_suspected``.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_run_forward(language: str, model: Any, inputs: Sequence[Any]) -> Any:
+    """Run one forward pass of a candidate (or reference) model.
+
+    :param language: the candidate's language, or ``"reference"`` for the problem's ``Model``.
+    :param model: the constructed ``nn.Module``.
+    :param inputs: positional inputs.
+    :return: the forward's output. The core's default calls ``model(*inputs)``; a plugin may override to
+        run under a graph, a stream or a profiler.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_check_outputs(expected: Sequence[Any], actual: Sequence[Any], config: EvalConfig) -> OutputCheck | None:
+    """Compare one trial's candidate outputs with the reference's.
+
+    :param expected: the reference outputs (tensors), flattened to a list.
+    :param actual: the candidate outputs, flattened the same way.
+    :param config: tolerances (``config.tolerance_for(dtype)``).
+    :return: an ``OutputCheck``. The core's default requires equal count, shape, dtype and device, no NaN
+        or Inf where the reference has none, and ``|a - e| <= atol + rtol * |e|`` elementwise.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_time_candidate(
+    device: str, reference: Callable[[], Any], candidate: Callable[[], Any], config: EvalConfig
+) -> Timing | None:
+    """Time reference and candidate side by side in this worker.
+
+    :param device: ``"cuda"`` or ``"cpu"``.
+    :param reference: runs one reference forward on prepared inputs.
+    :param candidate: runs one candidate forward on prepared inputs.
+    :param config: warm-up, repetitions, L2 flush, time budget.
+    :return: a ``Timing``. The core's default on CUDA interleaves the two with events, synchronizes the
+        whole device before each end event and flushes L2 before each call; on CPU it returns a Timing
+        with no figures and a note saying why.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec
+def kz_result_filed(result: EvalResult) -> None:
+    """Called in the ``kz`` process for every result as it is written to the results file.
+
+    :param result: the verdict just filed.
+
+    For loggers, trackers and live dashboards. Return values are ignored.
+    """
+
+
+# ---------------------------------------------------------------------------------------------------
+# prompting
+# ---------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def kz_prompt_sections(language: str, problem: Problem, template: str) -> list[PromptSection] | None:
+    """Contribute sections to a Coder prompt.
+
+    :param language: the target kernel language.
+    :param problem: the problem to solve.
+    :param template: the prompt template's name (``"kernelbench"``, ``"principles"``, ...).
+    :return: sections to add (or None). Language plugins add their rules and a one-shot example; the core
+        adds the task statement and the problem's source.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_format_prompt(
+    language: str, problem: Problem, sections: list[PromptSection], template: str
+) -> list[dict[str, str]] | None:
+    """Turn prompt sections into chat messages.
+
+    :param language: the target kernel language.
+    :param problem: the problem to solve.
+    :param sections: every section collected through ``kz_prompt_sections``, sorted by ``order``.
+    :param template: the prompt template's name.
+    :return: ``[{"role": ..., "content": ...}, ...]``. The core's default makes one system and one user
+        message.
+
+    Stops at first non-None result.
+    """
+
+
+# ---------------------------------------------------------------------------------------------------
+# trainer lifecycle
+# ---------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def kz_phase_start(phase: Phase) -> None:
+    """Called when a trainer phase (distill, sft, proposer or coder steps of one round) begins.
+
+    :param phase: the phase about to run.
+    """
+
+
+@hookspec
+def kz_phase_end(phase: Phase, metrics: dict[str, float]) -> None:
+    """Called when a trainer phase ends.
+
+    :param phase: the phase that ran.
+    :param metrics: the phase's summary numbers (reward mean, pass rate, seconds, ...).
+    """
+
+
+@hookspec
+def kz_worker_started(device: str) -> None:
+    """Called once in each evaluator worker after torch and the plugins are loaded, before any job.
+
+    :param device: ``"cuda"`` or ``"cpu"``.
+
+    Language plugins warm up here (import the compiler, build a tiny kernel) so the first candidate's
+    evaluation does not pay for it.
+    """

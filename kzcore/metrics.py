@@ -1,0 +1,82 @@
+"""Scores over results: unbiased pass@k, fast_p@k, geometric-mean speedup, grouped by level. Pure functions."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+from kzcore.types import EvalResult
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimator 1 - C(n-c, k) / C(n, k) of P(at least one of k samples passes)."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"need 0 <= c <= n and k >= 1, got n={n} c={c} k={k}")
+    if k > n:
+        raise ValueError(f"k={k} exceeds the {n} samples drawn")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _fast(r: EvalResult, p: float) -> bool:
+    if not r.correct:
+        return False
+    if p == 0.0:
+        return True
+    return r.speedup is not None and r.speedup > p
+
+
+def summarize(results: list[EvalResult], k: int = 1, problems: Iterable[tuple[int, str]] = ()) -> dict:
+    """Per level (and "all"): problems, samples, correct, pass@k, fast_p@k for p in FAST_P, geomean speedup.
+
+    ``problems`` lists (level, name) pairs that count even with no result (they score 0), as KernelBench's
+    fast_p divides by all problems. fast_p for p > 0 is None when no correct result was timed.
+    """
+    groups: dict[tuple[int, str], list[EvalResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.level, r.problem)].append(r)
+    for key in problems:
+        groups.setdefault(key, [])
+    levels = sorted({lvl for lvl, _ in groups})
+    table = {}
+    for level in [*levels, "all"]:
+        keys = [key for key in groups if level == "all" or key[0] == level]
+        table[level] = _summarize_group([groups[key] for key in keys], k)
+    return table
+
+
+def _summarize_group(per_problem: list[list[EvalResult]], k: int) -> dict:
+    n_problems = len(per_problem)
+    timed = any(r.correct and r.speedup is not None for rs in per_problem for r in rs)
+    row = {
+        "problems": n_problems,
+        "samples": sum(len(rs) for rs in per_problem),
+        "correct": sum(r.correct for rs in per_problem for r in rs),
+        "k": k,
+    }
+
+    def mean_over_problems(ok) -> float:
+        total = 0.0
+        for rs in per_problem:
+            if 0 < len(rs) < k:
+                raise ValueError(f"pass@{k} needs >= {k} samples per problem; {rs[0].problem} has {len(rs)}")
+            if rs:
+                total += pass_at_k(len(rs), sum(ok(r) for r in rs), k)
+        return total / n_problems if n_problems else 0.0
+
+    row["pass@k"] = mean_over_problems(lambda r: r.correct)
+    for p in FAST_P:
+        row[f"fast_{p:g}"] = mean_over_problems(lambda r, p=p: _fast(r, p)) if (p == 0.0 or timed) else None
+    row["geomean_speedup"] = geomean(r.speedup for rs in per_problem for r in rs if r.correct and r.speedup)
+    return row

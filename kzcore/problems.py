@@ -1,0 +1,210 @@
+"""KernelBench-format problems and candidate solutions: loading from a file, a `levelN/` directory, JSONL
+or a registered suite, and importing a problem module at a chosen size profile (inside workers)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from kzcore.errors import ProblemFormatError
+from kzcore.types import Candidate, Problem
+
+REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+_LEVEL_DIR = re.compile(r"^level[_-]?(\d+)$")
+
+
+def check_problem_source(source: str, where: str) -> None:
+    """Raise ProblemFormatError unless ``source`` parses and defines Model, get_inputs, get_init_inputs."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ProblemFormatError(f"{where}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    missing = [name for name in REQUIRED if name not in defined]
+    if missing:
+        raise ProblemFormatError(f"{where}: not a KernelBench problem, missing {', '.join(missing)}")
+
+
+def _level_of(path: Path, default: int) -> int:
+    for part in reversed(path.parts[:-1]):
+        m = _LEVEL_DIR.match(part)
+        if m:
+            return int(m.group(1))
+    return default
+
+
+def load_problem_file(path: Path, level: int | None = None, suite: str = "") -> Problem:
+    source = path.read_text()
+    check_problem_source(source, str(path))
+    return Problem(
+        name=path.stem, source=source, level=level if level is not None else _level_of(path, 0),
+        path=str(path), suite=suite,
+    )
+
+
+def load_problem_dir(root: Path, levels: set[int] | None = None, suite: str = "") -> list[Problem]:
+    """A KernelBench `level1/`-style directory (files directly in it), or a directory holding `levelN/`
+    subdirectories. `solutions/` subtrees are skipped."""
+    files = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    level_dirs = sorted(d for d in root.iterdir() if d.is_dir() and _LEVEL_DIR.match(d.name))
+    problems = [load_problem_file(f, suite=suite) for f in files]
+    for d in level_dirs:
+        problems += [load_problem_file(f, suite=suite) for f in sorted(d.glob("*.py")) if not f.name.startswith("_")]
+    if levels:
+        problems = [p for p in problems if p.level in levels]
+    if not problems:
+        raise ProblemFormatError(f"{root}: no problem files (*.py) found")
+    return sorted(problems, key=_natural_key)
+
+
+def _natural_key(p: Problem):
+    m = re.match(r"(\d+)", p.name)
+    return (p.level, int(m.group(1)) if m else 1 << 30, p.name)
+
+
+def load_problem_jsonl(path: Path) -> list[Problem]:
+    """One problem per line: {"name": ..., "code": ..., "level": optional int}."""
+    problems = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+            name, code = row["name"], row["code"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ProblemFormatError(f"{where}: expected a JSON object with 'name' and 'code' ({exc})") from None
+        check_problem_source(code, where)
+        problems.append(Problem(name=str(name), source=code, level=int(row.get("level", 0)), path=None, suite=path.stem))
+    if not problems:
+        raise ProblemFormatError(f"{path}: no problems")
+    return problems
+
+
+def parse_suite_spec(spec: str) -> tuple[str, set[int] | None]:
+    """``"builtin:1,2"`` → ("builtin", {1, 2})."""
+    name, _, levels = spec.partition(":")
+    if not levels:
+        return name, None
+    try:
+        return name, {int(x) for x in levels.split(",")}
+    except ValueError:
+        raise ProblemFormatError(f"{spec!r}: levels must be integers, e.g. builtin:1 or builtin:1,2") from None
+
+
+def load_problems(spec: str, pm=None) -> list[Problem]:
+    """Problems from a path (file, directory, .jsonl) or a registered suite name (``builtin[:levels]``)."""
+    from kzcore.plugins import suites
+
+    path = Path(spec)
+    if path.exists():
+        if path.is_dir():
+            return load_problem_dir(path, suite=path.name)
+        if path.suffix == ".jsonl":
+            return load_problem_jsonl(path)
+        return [load_problem_file(path)]
+    name, levels = parse_suite_spec(spec)
+    registry = suites(pm)
+    if name not in registry.items:
+        known = ", ".join(sorted(registry.items)) or "none"
+        raise ProblemFormatError(f"{spec!r} is neither a path nor a suite (suites: {known})")
+    return load_problem_dir(Path(registry.items[name]), levels=levels, suite=name)
+
+
+# ----------------------------------------------------------------------------------------------------
+# solutions
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_solutions(spec: str, problems: list[Problem], language: str, pm=None) -> list[Candidate]:
+    """Candidates for ``problems`` from a directory (``[levelN/]NAME.py`` or ``[levelN/]NAME/*.py``, one
+    sample per file), a JSONL file (``problem``, ``code`` or ``completion``, optional ``level``,
+    ``sample``, ``language``), or a suite's own ``solutions/<language>/`` tree (``builtin``)."""
+    from kzcore.plugins import suites
+
+    path = Path(spec)
+    if path.is_file():
+        return _solutions_from_jsonl(path, problems, language)
+    if not path.is_dir():
+        registry = suites(pm)
+        if spec not in registry.items:
+            raise ProblemFormatError(f"--solutions {spec!r}: no such file or directory, and not a suite")
+        path = Path(registry.items[spec]) / "solutions" / language
+        if not path.is_dir():
+            raise ProblemFormatError(f"suite {spec!r} ships no {language} solutions ({path} missing)")
+    candidates = []
+    for p in problems:
+        for base in (path / f"level{p.level}", path):
+            files = [base / f"{p.name}.py"] if (base / f"{p.name}.py").is_file() else sorted((base / p.name).glob("*.py"))
+            if files:
+                for sample, f in enumerate(files):
+                    candidates.append(
+                        Candidate(problem=p.name, language=language, level=p.level, sample=sample, source=f.read_text(), origin=str(f))
+                    )
+                break
+    return candidates
+
+
+def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) -> list[Candidate]:
+    levels = {p.name: p.level for p in problems}
+    out, seen = [], {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            name = str(row["problem"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ProblemFormatError(f"{path}:{lineno}: expected a JSON object with 'problem' ({exc})") from None
+        if name not in levels:
+            continue
+        text = {k: row[k] for k in ("code", "completion") if k in row}
+        if len(text) != 1:
+            raise ProblemFormatError(f"{path}:{lineno}: needs exactly one of 'code' or 'completion'")
+        sample = int(row.get("sample", seen.get(name, 0)))
+        seen[name] = sample + 1
+        out.append(
+            Candidate(
+                problem=name, language=row.get("language", language), level=int(row.get("level", levels[name])),
+                sample=sample, source=text.get("code"), completion=text.get("completion"), origin=f"{path}:{lineno}",
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# importing (workers only: runs the problem's module code)
+# ----------------------------------------------------------------------------------------------------
+
+
+def import_module_from_file(path: Path, name: str) -> ModuleType:
+    """Import ``path`` as a fresh module called ``name`` (a real file, as Triton's inspect needs)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def apply_size_profile(module: ModuleType, profile: str) -> str:
+    """Override the module constants named by ``KZ_SIZES[profile]``; returns the profile actually used
+    ("full" when the problem has no such profile)."""
+    if profile == "full":
+        return "full"
+    sizes = getattr(module, "KZ_SIZES", {}).get(profile)
+    if sizes is None:
+        return "full"
+    for key, value in sizes.items():
+        if not hasattr(module, key):
+            raise ProblemFormatError(f"KZ_SIZES[{profile!r}] names {key!r}, which is not a module constant")
+        setattr(module, key, value)
+    return profile

@@ -1,0 +1,26 @@
+"""LogSoftmax over dim=1 of a large 2-D tensor."""
+
+import torch
+from torch import nn
+
+batch_size = 32768
+dim = 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.log_softmax(x, dim=1)
+
+
+def get_inputs():
+    return [2 * torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+
+
+KZ_SIZES = {"small": {"batch_size": 16, "dim": 1500}}

@@ -1,0 +1,30 @@
+"""2-D convolution, 3x3 kernel, stride 1, padding 1, with bias (nn.Conv2d)."""
+
+import torch
+from torch import nn
+
+batch_size = 16
+in_channels = 128
+out_channels = 128
+height = 128
+width = 128
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1, bias=True)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]
+
+
+KZ_SIZES = {"small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9}}

@@ -1,0 +1,29 @@
+"""2-D max pooling, kernel 2, stride 2 (nn.MaxPool2d)."""
+
+import torch
+from torch import nn
+
+batch_size = 32
+channels = 64
+height = 512
+width = 512
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, height, width)]
+
+
+def get_init_inputs():
+    return []
+
+
+KZ_SIZES = {"small": {"batch_size": 2, "channels": 3, "height": 11, "width": 17}}

@@ -1,0 +1,26 @@
+"""Sigmoid activation over a large 2-D tensor."""
+
+import torch
+from torch import nn
+
+batch_size = 32768
+dim = 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sigmoid(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+
+
+KZ_SIZES = {"small": {"batch_size": 16, "dim": 250}}

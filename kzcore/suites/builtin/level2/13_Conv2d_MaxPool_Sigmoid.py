@@ -1,0 +1,37 @@
+"""Conv2d 3x3 (padding 1), 2x2 max-pool (stride 2), then sigmoid."""
+
+import torch
+from torch import nn
+
+batch_size = 32
+in_channels = 64
+out_channels = 128
+height = 128
+width = 128
+kernel_size = 3
+pool_size = 2
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, pool_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.pool = nn.MaxPool2d(pool_size)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.pool(x)
+        return torch.sigmoid(x)
+
+
+def get_inputs():
+    return [2.0 * torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, pool_size]
+
+
+KZ_SIZES = {
+    "small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9}
+}

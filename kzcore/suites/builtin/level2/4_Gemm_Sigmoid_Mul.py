@@ -1,0 +1,29 @@
+"""Linear layer followed by swish: x * sigmoid(x)."""
+
+import torch
+from torch import nn
+
+batch_size = 8192
+in_features = 8192
+out_features = 2048
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        return x * torch.sigmoid(x)
+
+
+def get_inputs():
+    return [2.0 * torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+
+
+KZ_SIZES = {"small": {"batch_size": 33, "in_features": 48, "out_features": 40}}

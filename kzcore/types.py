@@ -1,0 +1,238 @@
+"""Values that cross hook and process boundaries. All frozen attrs classes; JSON through `to_json` /
+`from_json` in one place so results files stay stable (``schema`` is bumped on breaking changes)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+SCHEMA = 1
+
+
+class Status(str, enum.Enum):
+    """The verdict on one candidate. Ordered from earliest pipeline stage to success."""
+
+    FORMAT_ERROR = "format_error"
+    STATIC_CHECK_FAILED = "static_check_failed"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    INCORRECT = "incorrect"
+    HACK_SUSPECTED = "hack_suspected"
+    CORRECT = "correct"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class Language:
+    """A kernel language a plugin can compile and run.
+
+    ``fence_tags`` are the markdown fence labels its code blocks use (``python`` for Triton modules).
+    ``needs_gpu`` is True when candidates cannot execute on a CPU-only machine at all.
+    ``guard_torch_ops`` turns on the runtime guard that flags PyTorch compute inside a candidate's forward
+    (off only for languages whose candidates *are* PyTorch, like the test suite's toy "python" language).
+    """
+
+    name: str
+    description: str = ""
+    fence_tags: tuple[str, ...] = ("python",)
+    needs_gpu: bool = False
+    guard_torch_ops: bool = True
+
+
+@attrs.frozen
+class Problem:
+    """One KernelBench-format problem: the source of a module defining Model, get_inputs, get_init_inputs."""
+
+    name: str
+    source: str
+    level: int = 0
+    path: str | None = None
+    suite: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"level{self.level}/{self.name}"
+
+
+@attrs.frozen
+class Candidate:
+    """A proposed solution to ``problem``: raw model output (``completion``) or a ready ``source``."""
+
+    problem: str
+    language: str
+    level: int = 0
+    sample: int = 0
+    source: str | None = None
+    completion: str | None = None
+    origin: str = ""
+
+    def __attrs_post_init__(self):
+        if (self.source is None) == (self.completion is None):
+            raise ValueError("a Candidate needs exactly one of source= or completion=")
+
+    @property
+    def key(self) -> str:
+        return f"level{self.level}/{self.problem}#{self.language}#{self.sample}"
+
+
+def _positive_or_none(instance, attribute, value):
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be positive or None, got {value!r}")
+
+
+@attrs.frozen
+class Tolerance:
+    """Absolute/relative tolerance for floating outputs. Integer and bool outputs are compared exactly."""
+
+    atol: float = 1e-2
+    rtol: float = 1e-2
+
+
+@attrs.frozen
+class EvalConfig:
+    """How candidates are evaluated. Recorded with every results file."""
+
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    size: str = "auto"  # "auto" (small on CPU, full on GPU) | "full" | a KZ_SIZES profile name
+    trials: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    seed: int = 0
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    timeout_s: float = 180.0
+    warmup: int = 3
+    reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    max_timing_s: float = 10.0
+    flush_l2: bool = True
+    tf32: bool = False
+
+    def tolerance_for(self, dtype_name: str) -> Tolerance:
+        """Per-dtype tolerance: the configured one for fp32, looser for half types, tighter for fp64."""
+        if dtype_name in ("torch.float16", "torch.bfloat16"):
+            return Tolerance(max(self.atol, 2e-2), max(self.rtol, 2e-2))
+        if dtype_name == "torch.float64":
+            return Tolerance(min(self.atol, 1e-6), min(self.rtol, 1e-6))
+        return Tolerance(self.atol, self.rtol)
+
+
+@attrs.frozen
+class EvalJob:
+    """What a worker receives: one candidate for one problem under one config."""
+
+    problem: Problem
+    candidate: Candidate
+    config: EvalConfig
+
+
+@attrs.frozen
+class Timing:
+    """Side-by-side timing of reference and candidate in one worker. ms are medians."""
+
+    ref_ms: float | None = attrs.field(default=None, validator=_positive_or_none)
+    cand_ms: float | None = attrs.field(default=None, validator=_positive_or_none)
+    ref_spread: float | None = None  # interquartile range / median
+    cand_spread: float | None = None
+    reps: int = 0
+    note: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        if self.ref_ms and self.cand_ms:
+            return self.ref_ms / self.cand_ms
+        return None
+
+
+@attrs.frozen
+class OutputCheck:
+    """The verdict of comparing candidate outputs to reference outputs on one trial."""
+
+    ok: bool
+    message: str = ""
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+
+
+@attrs.frozen
+class EvalResult:
+    """The evaluator's verdict on one candidate. Failures of the candidate are data here, never exceptions."""
+
+    problem: str
+    level: int
+    language: str
+    sample: int
+    status: Status = attrs.field(converter=Status)
+    message: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    ref_ms: float | None = attrs.field(default=None, validator=_positive_or_none)
+    cand_ms: float | None = attrs.field(default=None, validator=_positive_or_none)
+    speedup: float | None = attrs.field(default=None, validator=_positive_or_none)
+    ref_spread: float | None = None
+    cand_spread: float | None = None
+    timing_reps: int = 0
+    timing_note: str = ""
+    launches: int = 0
+    stages: dict[str, float] = attrs.field(factory=dict)
+    device: str = ""
+    size: str = ""
+    trials: int = 0
+    tf32: bool = False
+    atol: float = 0.0
+    rtol: float = 0.0
+    seed: int = 0
+    origin: str = ""
+    schema: int = SCHEMA
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    @property
+    def key(self) -> str:
+        return f"level{self.level}/{self.problem}#{self.language}#{self.sample}"
+
+
+@attrs.frozen
+class PromptSection:
+    """A titled block of prompt text contributed by a plugin; lower ``order`` comes first."""
+
+    title: str
+    body: str
+    order: int = 50
+
+
+@attrs.frozen
+class Phase:
+    """One phase of the alternating trainer: ``role`` is "distill", "sft", "proposer" or "coder"."""
+
+    role: str
+    round: int
+    steps: int
+
+
+def to_json(obj: Any) -> dict:
+    """attrs instance → JSON-safe dict (enums as their values)."""
+
+    def ser(inst, field, value):
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, Path):
+            return str(value)
+        return value
+
+    return attrs.asdict(obj, value_serializer=ser)
+
+
+def from_json(cls: type, data: dict) -> Any:
+    """JSON dict → attrs instance of ``cls``; unknown keys are ignored so old readers accept new files."""
+    names = {f.name for f in attrs.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+Factory = Callable[..., Any]

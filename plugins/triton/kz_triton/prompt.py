@@ -1,0 +1,54 @@
+"""The Triton language's prompt sections: its rules and a one-shot example (KernelBench's elementwise add)."""
+
+RULES = """Write the kernels in Triton (`import triton`, `import triton.language as tl`, `@triton.jit`).
+- `ModelNew.forward` may only allocate outputs (`torch.empty`, `torch.empty_like`, `torch.zeros`, `new_empty`),
+  take views and shapes (`view`, `reshape`, `contiguous`, `permute`, `transpose`, `size`, `stride`, `shape`,
+  `numel`) and launch your `@triton.jit` kernels with `kernel[grid](...)`.
+- No PyTorch compute in forward: no `torch.*` math, no `torch.nn.functional`, no tensor methods such as
+  `.sum()` or `.softmax()`, no `@`, no calls to `nn` submodules, no try/except fallbacks.
+- Create the same parameters as `Model`, in the same order (e.g. keep `self.linear = nn.Linear(...)` and pass
+  `self.linear.weight` to your kernel). Inputs are read-only. Mask every load and store."""
+
+EXAMPLE = '''Given this architecture:
+```python
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []
+```
+a correct answer is:
+```python
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, a + b, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        out = torch.empty_like(a)
+        n = a.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
+        return out
+```'''

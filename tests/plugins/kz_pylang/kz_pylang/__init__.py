@@ -1,0 +1,35 @@
+"""kz_pylang: a toy kernel language whose "kernels" are plain PyTorch. It lives in its own folder with its
+own pyproject.toml and registers through the ``kzcore`` entry-point group, exactly as a third-party
+kernel-language plugin would; docs/plugins.md walks through it."""
+
+from kzcore import hookimpl
+from kzcore.problems import import_module_from_file
+from kzcore.types import Language, PromptSection
+
+NAME = "python"
+
+
+@hookimpl
+def kz_register_languages(register):
+    register(Language(name=NAME, description="plain PyTorch modules (test language)", guard_torch_ops=False))
+
+
+@hookimpl
+def kz_static_check(language, source):
+    if language != NAME:
+        return None
+    return [] if "class ModelNew" in source else ["no `class ModelNew` defined"]
+
+
+@hookimpl
+def kz_load_candidate(language, path, device):
+    if language != NAME:
+        return None
+    return import_module_from_file(path, path.stem)
+
+
+@hookimpl
+def kz_prompt_sections(language, problem, template):
+    if language != NAME:
+        return None
+    return [PromptSection("Rules", "Write ModelNew in plain PyTorch.", order=20)]
