@@ -3,32 +3,35 @@ candidate leaves partly unwritten (``torch.empty`` + a partial kernel) reads NaN
 
 from __future__ import annotations
 
-SMALL_BLOCK = 512 * 1024  # requests <= 1 MiB come from the allocator's small pool (2 MiB segments)
+
+def free_block_sizes() -> list[int]:
+    """Sizes of the blocks the caching allocator holds but has not handed out, largest first."""
+    import torch
+
+    return sorted(
+        (b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"] if b["state"] == "inactive"),
+        reverse=True,
+    )
 
 
 def poison_free_cache() -> int:
-    """Fill every byte the caching allocator holds but has not handed out with NaN; returns the bytes filled."""
+    """Fill every cached-but-free block with NaN without growing the cache; returns the bytes filled.
+
+    Asking the allocator for exactly a free block's size hands back that block (best fit). When no cached
+    block fits (a small request cannot take a large-pool block), the allocator makes a new segment; it is
+    filled too, and every segment left wholly free at the end is released, so the cache never grows."""
     import torch
 
-    stats = torch.cuda.memory_stats()
-    free = stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0)
-    filled = 0
-    hold = []
-    # Large pool: grab the free bytes in shrinking chunks so split/fragmented blocks get reused too.
-    chunk = free
-    while chunk >= 2 * 1024 * 1024 and filled < free:
-        try:
-            t = torch.empty(chunk // 4, dtype=torch.float32, device="cuda")
-        except torch.OutOfMemoryError:
-            chunk //= 2
+    reserved = torch.cuda.memory_reserved()
+    hold, filled = [], 0
+    for size in free_block_sizes():
+        if size < 4:
             continue
-        # Only blocks reused from the cache matter; a fresh segment would be returned by empty_cache.
+        t = torch.empty(size // 4, dtype=torch.float32, device="cuda")
         t.fill_(float("nan"))
         hold.append(t)
-        filled += chunk
-        chunk = min(chunk, free - filled)
-    # Small pool: a few segments' worth of sub-MiB blocks.
-    hold += [torch.full((SMALL_BLOCK // 4,), float("nan"), device="cuda") for _ in range(16)]
-    filled += 16 * SMALL_BLOCK
+        filled += size
     del hold
+    if torch.cuda.memory_reserved() > reserved:
+        torch.cuda.empty_cache()
     return filled

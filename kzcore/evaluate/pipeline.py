@@ -56,11 +56,15 @@ def candidate_error(exc: BaseException, candidate_file: Path | None) -> str:
 
 
 def is_fatal_device_error(exc: BaseException) -> bool:
-    """CUDA errors that poison the process's context for good: the worker must be replaced."""
+    """CUDA errors after which the worker must be replaced (a context that saw an illegal access is
+    unusable for good)."""
     text = f"{type(exc).__name__} {exc}"
     return any(
         s in text
-        for s in ("illegal memory access", "CUDA error", "AcceleratorError", "unspecified launch failure", "misaligned address")
+        for s in (
+            "illegal memory access", "CUDA error", "AcceleratorError", "unspecified launch failure",
+            "misaligned address", "out of memory",  # OOM: start clean rather than limp on a fragmented cache
+        )
     )
 
 

@@ -62,7 +62,7 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = w.shape[0]
         out = torch.zeros((M, 1), dtype=x.dtype, device=x.device)
-        BLOCK_M, BLOCK_N, BLOCK_K = _tile(M, 128), _tile(N, 128), _tile(K, 32)
+        BLOCK_M, BLOCK_N, BLOCK_K = _tile(M, 128), _tile(N, 256), 16
         grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
         gemm_div_rowsum_kernel[grid](
             x, w, self.gemm.bias, out, M, N, K,

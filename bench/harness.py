@@ -1,0 +1,113 @@
+"""Evaluator throughput and latency: the built-in Triton reference solutions through a warm worker pool.
+
+Prints one JSON object (and writes it to --out): per-candidate end-to-end latency and per-stage seconds,
+evaluations per minute, and each problem's verdict and speedup. Triton's cache starts empty, so every
+candidate pays its own kernel compilation, as a new RL rollout would.
+
+    python bench/harness.py --levels 1,2 --out bench/results/harness.json
+Targets (one H200, level 1): median end-to-end <= 1.0 s per candidate, >= 100 evaluations/min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--levels", default="1,2")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--size", default="auto")
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # empty cache
+    from kzcore.executors.local import LocalPool
+    from kzcore.plugins import get_plugin_manager, plugin_specs
+    from kzcore.problems import load_problems, load_solutions
+    from kzcore.results import package_versions
+    from kzcore.types import EvalConfig, EvalJob
+
+    pm = get_plugin_manager()
+    problems = load_problems(f"builtin:{args.levels}")
+    candidates = load_solutions("builtin", problems, "triton")
+    by_key = {(p.level, p.name): p for p in problems}
+    config = EvalConfig(device=args.device, size=args.size)
+    pool = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(pm))
+    t_start = time.perf_counter()
+    pool.start()
+    startup_s = time.perf_counter() - t_start
+
+    rows = []
+    t0 = time.perf_counter()
+    for cand in candidates:  # one at a time: per-candidate latency with everything included
+        job = EvalJob(problem=by_key[(cand.level, cand.problem)], candidate=cand, config=config)
+        t = time.perf_counter()
+        (result,) = list(pool.map([job]))
+        rows.append(
+            {
+                "problem": f"level{result.level}/{result.problem}",
+                "status": result.status.value,
+                "message": result.message[:300],
+                "e2e_s": round(time.perf_counter() - t, 4),
+                "stages": result.stages,
+                "ref_ms": result.ref_ms,
+                "cand_ms": result.cand_ms,
+                "speedup": result.speedup,
+                "ref_spread": result.ref_spread,
+                "cand_spread": result.cand_spread,
+                "timing_reps": result.timing_reps,
+                "size": result.size,
+            }
+        )
+        print(f"{rows[-1]['problem']:40s} {result.status.value:18s} e2e {rows[-1]['e2e_s']:.3f}s speedup {result.speedup}", file=sys.stderr)
+    total_s = time.perf_counter() - t0
+    pool.close()
+
+    def summary(level: int | None) -> dict:
+        sel = [r for r in rows if level is None or r["problem"].startswith(f"level{level}/")]
+        e2e = [r["e2e_s"] for r in sel]
+        stages = sorted({s for r in sel for s in r["stages"]})
+        return {
+            "candidates": len(sel),
+            "correct": sum(r["status"] == "correct" for r in sel),
+            "e2e_median_s": statistics.median(e2e) if e2e else None,
+            "e2e_p90_s": statistics.quantiles(e2e, n=10)[-1] if len(e2e) >= 2 else None,
+            "evals_per_min": 60 * len(sel) / sum(e2e) if e2e else None,
+            "stage_median_s": {s: statistics.median(r["stages"].get(s, 0.0) for r in sel) for s in stages},
+        }
+
+    report = {
+        "bench": "harness",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": platform.node(),
+        "device": pool.info.get("device_name"),
+        "executor": pool.info,
+        "workers": len(pool.slots),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "pool_startup_s": round(startup_s, 3),
+        "total_s": round(total_s, 3),
+        "summary": {"level1": summary(1), "level2": summary(2), "all": summary(None)},
+        "targets": {"e2e_median_s_max": 1.0, "evals_per_min_min": 100},
+        "results": rows,
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""`kz`: the command line. Thin: parse arguments, call the library, print. Errors the user can fix end as
+one line on stderr and a non-zero exit; results already filed are never lost."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kzcore.errors import KzError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def _cmd_plugins(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kzcore.plugins import executors, get_plugin_manager, languages, policies, suites
+
+    pm = get_plugin_manager()
+    registries = [languages(pm), executors(pm), policies(pm), suites(pm)]
+    table = Table(title="kzcore plugins")
+    for col in ("plugin", "hooks", "registers"):
+        table.add_column(col)
+    for name, plugin in pm.list_name_plugin():
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        regs = [f"{r.kind} {item}" for r in registries for item, owner in r.owners.items() if owner == name]
+        table.add_row(name, ", ".join(hooks), ", ".join(regs))
+    Console().print(table)
+    return 0
+
+
+def _cmd_suite(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kzcore.plugins import suites
+
+    console = Console()
+    if args.suite_cmd == "list":
+        table = Table(title="problem suites")
+        for col in ("suite", "path", "problems"):
+            table.add_column(col)
+        from kzcore.problems import load_problem_dir
+
+        for name, path in sorted(suites().items.items()):
+            problems = load_problem_dir(Path(path), suite=name)
+            by_level = {}
+            for p in problems:
+                by_level[p.level] = by_level.get(p.level, 0) + 1
+            table.add_row(name, str(path), ", ".join(f"level{lvl}: {n}" for lvl, n in sorted(by_level.items())))
+        console.print(table)
+        return 0
+    from kzcore.problems import load_problems
+
+    problems = load_problems(args.spec)
+    if args.name:
+        matches = [p for p in problems if p.name == args.name or p.key == args.name]
+        if not matches:
+            raise KzError(f"no problem {args.name!r} in {args.spec}")
+        console.print(matches[0].source, markup=False, highlight=False)
+        return 0
+    table = Table(title=args.spec)
+    for col in ("level", "problem", "size profiles"):
+        table.add_column(col)
+    for p in problems:
+        profiles = "full" + (", small" if "KZ_SIZES" in p.source else "")
+        table.add_row(str(p.level), p.name, profiles)
+    console.print(table)
+    return 0
+
+
+def _config_from(args):
+    from kzcore.types import EvalConfig
+
+    return EvalConfig(
+        device=args.device, size=args.size, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
+        timeout_s=args.timeout, reps=args.reps, tf32=args.tf32,
+    )
+
+
+def _cmd_eval(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kzcore.evaluate.runner import evaluate
+    from kzcore.problems import load_problems, load_solutions
+    from kzcore.report import print_report
+
+    console = Console(stderr=True)
+    problems = load_problems(args.problems)
+    candidates = load_solutions(args.solutions, problems, args.language)
+    covered = {(c.level, c.problem) for c in candidates}
+    missing = [p.key for p in problems if (p.level, p.name) not in covered]
+    if missing:
+        console.print(f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {', '.join(missing[:10])}")
+    if not candidates:
+        raise KzError(f"no candidates found in {args.solutions} for {len(problems)} problem(s)")
+    out = Path(args.out)
+    progress = Progress(
+        TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console
+    )
+    task = None
+
+    def on_start(already: int, todo: int):
+        nonlocal task
+        if already:
+            console.print(f"{already} result(s) already in {out}; evaluating the remaining {todo}")
+        task = progress.add_task("", total=todo)
+
+    def on_result(result):
+        progress.update(task, advance=1, description=f"{result.problem}: {result.status.value}")
+
+    with progress:
+        try:
+            results = evaluate(problems, candidates, _config_from(args), out, executor=args.executor, workers=args.workers, on_result=on_result, on_start=on_start)
+        except KeyboardInterrupt:
+            progress.stop()
+            console.print(f"interrupted: results so far are in {out}; run the same command again to resume")
+            return EXIT_INTERRUPTED
+    k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
+    print_report(results, k=max(1, k), problems=[(p.level, p.name) for p in problems], console=Console())
+    Console().print(f"results: {out}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from rich.console import Console
+
+    from kzcore.report import print_report, speedup_histogram
+    from kzcore.results import read_results
+
+    path = Path(args.results)
+    if not path.exists():
+        raise KzError(f"{path}: no such results file")
+    results = read_results(path)
+    if not results:
+        raise KzError(f"{path}: holds no results")
+    console = Console()
+    print_report(results, k=args.k, console=console)
+    png = speedup_histogram(results, Path(args.plot) if args.plot else path.with_suffix(".speedups.png"))
+    console.print(f"speedup histogram: {png}" if png else "no speedup histogram: no correct result was timed")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("plugins", help="list loaded plugins, their hooks and what each registers").set_defaults(func=_cmd_plugins)
+
+    suite = sub.add_parser("suite", help="list suites or show a suite's problems")
+    suite_sub = suite.add_subparsers(dest="suite_cmd", required=True)
+    suite_sub.add_parser("list").set_defaults(func=_cmd_suite)
+    show = suite_sub.add_parser("show")
+    show.add_argument("spec", help="suite name (builtin[:level]) or path")
+    show.add_argument("name", nargs="?", help="a problem name: print its source")
+    show.set_defaults(func=_cmd_suite)
+
+    ev = sub.add_parser("eval", help="evaluate solutions on problems")
+    ev.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
+    ev.add_argument("--solutions", required=True, help="a directory, a .jsonl, or a suite name (its own solutions)")
+    ev.add_argument("--language", default="triton")
+    ev.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
+    ev.add_argument("--executor", default="local")
+    ev.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    ev.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ev.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
+    ev.add_argument("--trials", type=int, default=5)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--atol", type=float, default=1e-2)
+    ev.add_argument("--rtol", type=float, default=1e-2)
+    ev.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
+    ev.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU)")
+    ev.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
+    ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    ev.set_defaults(func=_cmd_eval)
+
+    rep = sub.add_parser("report", help="score table and speedup histogram of a results file")
+    rep.add_argument("results")
+    rep.add_argument("-k", type=int, default=1)
+    rep.add_argument("--plot", default=None, help="PNG path (default: next to the results file)")
+    rep.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KzError as exc:
+        print(f"kz: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

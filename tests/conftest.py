@@ -1,0 +1,61 @@
+"""Test guard: no test sees installed entry-point plugins unless it asks for them. Each test gets a fresh
+plugin manager holding only the core defaults; use the `plugins` fixture to register what it needs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # this process never touches a GPU in CPU tests
+
+from kzcore.plugins import new_plugin_manager, set_plugin_manager  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def isolated_plugins(monkeypatch):
+    """A plugin manager with the core defaults only; entry points are not loaded."""
+    monkeypatch.setenv("KZ_LOAD_PLUGINS", "")
+    pm = new_plugin_manager(load_entry_points=False)
+    set_plugin_manager(pm)
+    yield pm
+    set_plugin_manager(None)
+
+
+@pytest.fixture
+def plugins(isolated_plugins):
+    """``plugins("kz_triton", "tests.fakes:FAKE")`` registers importable plugin specs on the test's manager
+    (workers rebuild the same set from these specs). Returns the manager."""
+    from kzcore.plugins import import_spec
+
+    pm = isolated_plugins
+
+    def register(*specs: str):
+        for spec in specs:
+            if pm.get_plugin(spec) is None:
+                pm.register(import_spec(spec), name=spec)
+        return pm
+
+    return register
