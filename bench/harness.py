@@ -69,7 +69,10 @@ def main() -> int:
                 "size": result.size,
             }
         )
-        print(f"{rows[-1]['problem']:40s} {result.status.value:18s} e2e {rows[-1]['e2e_s']:.3f}s speedup {result.speedup}", file=sys.stderr)
+        print(
+            f"{rows[-1]['problem']:40s} {result.status.value:18s} e2e {rows[-1]['e2e_s']:.3f}s speedup {result.speedup}",
+            file=sys.stderr,
+        )
     total_s = time.perf_counter() - t0
     pool.close()
 

@@ -75,8 +75,15 @@ def _config_from(args):
     from kzcore.types import EvalConfig
 
     return EvalConfig(
-        device=args.device, size=args.size, trials=args.trials, seed=args.seed, atol=args.atol, rtol=args.rtol,
-        timeout_s=args.timeout, reps=args.reps, tf32=args.tf32,
+        device=args.device,
+        size=args.size,
+        trials=args.trials,
+        seed=args.seed,
+        atol=args.atol,
+        rtol=args.rtol,
+        timeout_s=args.timeout,
+        reps=args.reps,
+        tf32=args.tf32,
     )
 
 
@@ -94,12 +101,19 @@ def _cmd_eval(args) -> int:
     covered = {(c.level, c.problem) for c in candidates}
     missing = [p.key for p in problems if (p.level, p.name) not in covered]
     if missing:
-        console.print(f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {', '.join(missing[:10])}")
+        console.print(
+            f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {', '.join(missing[:10])}"
+        )
     if not candidates:
         raise KzError(f"no candidates found in {args.solutions} for {len(problems)} problem(s)")
     out = Path(args.out)
     progress = Progress(
-        TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console
+        TextColumn("[bold]evaluating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
     )
     task = None
 
@@ -114,7 +128,16 @@ def _cmd_eval(args) -> int:
 
     with progress:
         try:
-            results = evaluate(problems, candidates, _config_from(args), out, executor=args.executor, workers=args.workers, on_result=on_result, on_start=on_start)
+            results = evaluate(
+                problems,
+                candidates,
+                _config_from(args),
+                out,
+                executor=args.executor,
+                workers=args.workers,
+                on_result=on_result,
+                on_start=on_start,
+            )
         except KeyboardInterrupt:
             progress.stop()
             console.print(f"interrupted: results so far are in {out}; run the same command again to resume")
@@ -148,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("plugins", help="list loaded plugins, their hooks and what each registers").set_defaults(func=_cmd_plugins)
+    sub.add_parser("plugins", help="list loaded plugins, their hooks and what each registers").set_defaults(
+        func=_cmd_plugins
+    )
 
     suite = sub.add_parser("suite", help="list suites or show a suite's problems")
     suite_sub = suite.add_subparsers(dest="suite_cmd", required=True)

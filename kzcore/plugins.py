@@ -116,9 +116,7 @@ def _spec_of(name: str, plugin: Any) -> str:
     for attr, value in vars(module or object()).items():
         if value is plugin:
             return f"{module.__name__}:{attr}"
-    raise KzError(
-        f"plugin {name!r} is an object workers cannot re-create; register a module or a module-level object"
-    )
+    raise KzError(f"plugin {name!r} is an object workers cannot re-create; register a module or a module-level object")
 
 
 class Registry:

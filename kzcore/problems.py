@@ -42,8 +42,11 @@ def load_problem_file(path: Path, level: int | None = None, suite: str = "") -> 
     source = path.read_text()
     check_problem_source(source, str(path))
     return Problem(
-        name=path.stem, source=source, level=level if level is not None else _level_of(path, 0),
-        path=str(path), suite=suite,
+        name=path.stem,
+        source=source,
+        level=level if level is not None else _level_of(path, 0),
+        path=str(path),
+        suite=suite,
     )
 
 
@@ -80,7 +83,9 @@ def load_problem_jsonl(path: Path) -> list[Problem]:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ProblemFormatError(f"{where}: expected a JSON object with 'name' and 'code' ({exc})") from None
         check_problem_source(code, where)
-        problems.append(Problem(name=str(name), source=code, level=int(row.get("level", 0)), path=None, suite=path.stem))
+        problems.append(
+            Problem(name=str(name), source=code, level=int(row.get("level", 0)), path=None, suite=path.stem)
+        )
     if not problems:
         raise ProblemFormatError(f"{path}: no problems")
     return problems
@@ -140,11 +145,20 @@ def load_solutions(spec: str, problems: list[Problem], language: str, pm=None) -
     candidates = []
     for p in problems:
         for base in (path / f"level{p.level}", path):
-            files = [base / f"{p.name}.py"] if (base / f"{p.name}.py").is_file() else sorted((base / p.name).glob("*.py"))
+            files = (
+                [base / f"{p.name}.py"] if (base / f"{p.name}.py").is_file() else sorted((base / p.name).glob("*.py"))
+            )
             if files:
                 for sample, f in enumerate(files):
                     candidates.append(
-                        Candidate(problem=p.name, language=language, level=p.level, sample=sample, source=f.read_text(), origin=str(f))
+                        Candidate(
+                            problem=p.name,
+                            language=language,
+                            level=p.level,
+                            sample=sample,
+                            source=f.read_text(),
+                            origin=str(f),
+                        )
                     )
                 break
     return candidates
@@ -170,8 +184,13 @@ def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) ->
         seen[name] = sample + 1
         out.append(
             Candidate(
-                problem=name, language=row.get("language", language), level=int(row.get("level", levels[name])),
-                sample=sample, source=text.get("code"), completion=text.get("completion"), origin=f"{path}:{lineno}",
+                problem=name,
+                language=row.get("language", language),
+                level=int(row.get("level", levels[name])),
+                sample=sample,
+                source=text.get("code"),
+                completion=text.get("completion"),
+                origin=f"{path}:{lineno}",
             )
         )
     return out

@@ -25,8 +25,13 @@ def score_table(results: list[EvalResult], k: int = 1, problems=()) -> Table:
         table.add_column(col, justify="right")
     for level, row in summary.items():
         table.add_row(
-            str(level), str(row["problems"]), str(row["samples"]), str(row["correct"]), _fmt(row["pass@k"]),
-            *[_fmt(row[f"fast_{p:g}"]) for p in FAST_P], _fmt(row["geomean_speedup"], pct=False),
+            str(level),
+            str(row["problems"]),
+            str(row["samples"]),
+            str(row["correct"]),
+            _fmt(row["pass@k"]),
+            *[_fmt(row[f"fast_{p:g}"]) for p in FAST_P],
+            _fmt(row["geomean_speedup"], pct=False),
         )
     return table
 
@@ -50,7 +55,12 @@ def failures_table(results: list[EvalResult], limit: int = 20) -> Table | None:
     for col in ("problem", "sample", "status", "message"):
         table.add_column(col)
     for r in sorted(bad, key=lambda r: (r.level, r.problem, r.sample))[:limit]:
-        table.add_row(f"level{r.level}/{r.problem}", str(r.sample), r.status.value, r.message.splitlines()[0][:100] if r.message else "")
+        table.add_row(
+            f"level{r.level}/{r.problem}",
+            str(r.sample),
+            r.status.value,
+            r.message.splitlines()[0][:100] if r.message else "",
+        )
     return table
 
 

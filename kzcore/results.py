@@ -12,7 +12,17 @@ from pathlib import Path
 
 from kzcore.types import SCHEMA, EvalConfig, EvalResult, from_json, to_json
 
-TRACKED_PACKAGES = ("kzcore", "torch", "triton", "pluggy", "attrs", "numpy", "cupy-cuda12x", "cupy-cuda13x", "cuda-python")
+TRACKED_PACKAGES = (
+    "kzcore",
+    "torch",
+    "triton",
+    "pluggy",
+    "attrs",
+    "numpy",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "cuda-python",
+)
 
 
 def package_versions() -> dict[str, str]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from kzcore import hookimpl
 from kzcore.types import PromptSection
 
-SYSTEM = "You are an expert GPU kernel engineer. You write correct, fast kernels and explain nothing you are not asked to."
+SYSTEM = (
+    "You are an expert GPU kernel engineer. You write correct, fast kernels and explain nothing you are not asked to."
+)
 
 TASK = (
     "Replace the PyTorch operators in the architecture below with custom {language} kernels for speedups. "

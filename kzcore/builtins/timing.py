@@ -52,7 +52,6 @@ def time_cuda(reference, candidate, config) -> Timing:
         else:
             cand_ms.append(timed(candidate))
             ref_ms.append(timed(reference))
-    del flush
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
         cand_ms=max(statistics.median(cand_ms), 1e-6),

@@ -62,8 +62,12 @@ def is_fatal_device_error(exc: BaseException) -> bool:
     return any(
         s in text
         for s in (
-            "illegal memory access", "CUDA error", "AcceleratorError", "unspecified launch failure",
-            "misaligned address", "out of memory",  # OOM: start clean rather than limp on a fragmented cache
+            "illegal memory access",
+            "CUDA error",
+            "AcceleratorError",
+            "unspecified launch failure",
+            "misaligned address",
+            "out of memory",  # OOM: start clean rather than limp on a fragmented cache
         )
     )
 
@@ -145,13 +149,17 @@ class Evaluation:
         self.candidate_file.write_text(source)
         with self.clock("compile"):
             try:
-                module = self.pm.hook.kz_load_candidate(language=self.language, path=self.candidate_file, device=self.device)
+                module = self.pm.hook.kz_load_candidate(
+                    language=self.language, path=self.candidate_file, device=self.device
+                )
             except CompileError as exc:
                 raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
             except SyntaxError as exc:
                 raise Verdict(Status.COMPILE_ERROR, f"SyntaxError: {exc.msg} (line {exc.lineno})") from None
             except Exception as exc:
-                raise Verdict(Status.COMPILE_ERROR, "importing the module failed: " + candidate_error(exc, self.candidate_file)) from None
+                raise Verdict(
+                    Status.COMPILE_ERROR, "importing the module failed: " + candidate_error(exc, self.candidate_file)
+                ) from None
         if module is None:
             raise Verdict(Status.RUNTIME_ERROR, f"no plugin could load a {self.language!r} candidate")
         if not hasattr(module, "ModelNew"):
@@ -182,7 +190,10 @@ class Evaluation:
                 try:
                     candidate = candidate_mod.ModelNew(*clone_inputs(init))
                 except Exception as exc:
-                    raise Verdict(Status.RUNTIME_ERROR, "constructing ModelNew failed: " + candidate_error(exc, self.candidate_file)) from None
+                    raise Verdict(
+                        Status.RUNTIME_ERROR,
+                        "constructing ModelNew failed: " + candidate_error(exc, self.candidate_file),
+                    ) from None
             self.sync()
         return reference, candidate
 
@@ -207,15 +218,23 @@ class Evaluation:
                     raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
                 except Exception as exc:
                     self.poisoned = is_fatal_device_error(exc)
-                    raise Verdict(Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)) from None
+                    raise Verdict(
+                        Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)
+                    ) from None
             if guarded and recorder.forbidden:
                 ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
-                raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+                raise Verdict(
+                    Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}"
+                )
             mutated = changed_inputs(pristine, cand_inputs)
             if mutated:
-                raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
+                raise Verdict(
+                    Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only"
+                )
             if trial == 0 and launches is not None and launches() == 0:
-                raise Verdict(Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels")
+                raise Verdict(
+                    Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
+                )
             with self.clock("reference"):
                 expected = as_list(self.forward("reference", reference, pristine))
                 self.sync()
@@ -242,10 +261,17 @@ class Evaluation:
                 )
             except Exception as exc:
                 self.poisoned = is_fatal_device_error(exc)
-                raise Verdict(Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, self.candidate_file)) from None
+                raise Verdict(
+                    Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, self.candidate_file)
+                ) from None
         self.fields.update(
-            ref_ms=timing.ref_ms, cand_ms=timing.cand_ms, speedup=timing.speedup, ref_spread=timing.ref_spread,
-            cand_spread=timing.cand_spread, timing_reps=timing.reps, timing_note=timing.note,
+            ref_ms=timing.ref_ms,
+            cand_ms=timing.cand_ms,
+            speedup=timing.speedup,
+            ref_spread=timing.ref_spread,
+            cand_spread=timing.cand_spread,
+            timing_reps=timing.reps,
+            timing_note=timing.note,
         )
 
     def job_language(self):
@@ -285,9 +311,20 @@ class Evaluation:
         except Exception:
             n_launches = 0
         base = EvalResult(
-            problem=cand.problem, level=self.job.problem.level, language=cand.language, sample=cand.sample,
-            status=status, message=message, launches=n_launches, stages=dict(self.clock.seconds),
-            device=self.device, trials=cfg.trials, tf32=cfg.tf32, atol=cfg.atol, rtol=cfg.rtol, seed=cfg.seed,
+            problem=cand.problem,
+            level=self.job.problem.level,
+            language=cand.language,
+            sample=cand.sample,
+            status=status,
+            message=message,
+            launches=n_launches,
+            stages=dict(self.clock.seconds),
+            device=self.device,
+            trials=cfg.trials,
+            tf32=cfg.tf32,
+            atol=cfg.atol,
+            rtol=cfg.rtol,
+            seed=cfg.seed,
             origin=cand.origin,
         )
         return attrs.evolve(base, **self.fields)

@@ -11,7 +11,9 @@ from kzcore.results import ResultsWriter, read_results, run_header
 from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem
 
 
-def plan_jobs(problems: list[Problem], candidates: list[Candidate], config: EvalConfig, done: set[str]) -> list[EvalJob]:
+def plan_jobs(
+    problems: list[Problem], candidates: list[Candidate], config: EvalConfig, done: set[str]
+) -> list[EvalJob]:
     by_key = {(p.level, p.name): p for p in problems}
     jobs = []
     for cand in candidates:

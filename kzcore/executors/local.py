@@ -45,7 +45,10 @@ class _Worker:
         self.id = worker_id
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
-            target=worker_main, args=(child, worker_id, device, env, specs, tf32), name=f"kz-worker-{worker_id}", daemon=True
+            target=worker_main,
+            args=(child, worker_id, device, env, specs, tf32),
+            name=f"kz-worker-{worker_id}",
+            daemon=True,
         )
         self.proc.start()
         child.close()
@@ -101,7 +104,9 @@ class LocalPool:
         return env
 
     def _spawn(self, slot_index: int) -> _Worker:
-        worker = _Worker(self.ctx, self._next_id, self.device, self._env(self.slots[slot_index]), self.specs, self.config.tf32)
+        worker = _Worker(
+            self.ctx, self._next_id, self.device, self._env(self.slots[slot_index]), self.specs, self.config.tf32
+        )
         worker.slot_index = slot_index
         self._next_id += 1
         return worker
@@ -207,6 +212,16 @@ class LocalPool:
 def _failure(job: EvalJob, status: Status, message: str) -> EvalResult:
     cand, cfg = job.candidate, job.config
     return EvalResult(
-        problem=cand.problem, level=job.problem.level, language=cand.language, sample=cand.sample, status=status,
-        message=message, trials=cfg.trials, tf32=cfg.tf32, atol=cfg.atol, rtol=cfg.rtol, seed=cfg.seed, origin=cand.origin,
+        problem=cand.problem,
+        level=job.problem.level,
+        language=cand.language,
+        sample=cand.sample,
+        status=status,
+        message=message,
+        trials=cfg.trials,
+        tf32=cfg.tf32,
+        atol=cfg.atol,
+        rtol=cfg.rtol,
+        seed=cfg.seed,
+        origin=cand.origin,
     )

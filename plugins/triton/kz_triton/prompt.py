@@ -9,7 +9,7 @@ RULES = """Write the kernels in Triton (`import triton`, `import triton.language
 - Create the same parameters as `Model`, in the same order (e.g. keep `self.linear = nn.Linear(...)` and pass
   `self.linear.weight` to your kernel). Inputs are read-only. Mask every load and store."""
 
-EXAMPLE = '''Given this architecture:
+EXAMPLE = """Given this architecture:
 ```python
 import torch
 from torch import nn
@@ -51,4 +51,4 @@ class ModelNew(nn.Module):
         n = a.numel()
         add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
         return out
-```'''
+```"""

@@ -21,8 +21,10 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, channels, height, width) * (0.5 + torch.rand(1, channels, 1, 1))
-            + 2 * torch.randn(1, channels, 1, 1)]
+    return [
+        torch.randn(batch_size, channels, height, width) * (0.5 + torch.rand(1, channels, 1, 1))
+        + 2 * torch.randn(1, channels, 1, 1)
+    ]
 
 
 def get_init_inputs():

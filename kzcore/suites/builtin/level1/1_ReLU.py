@@ -1,7 +1,7 @@
 """ReLU activation over a large 2-D tensor."""
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 batch_size = 32768
 dim = 8192

@@ -32,6 +32,4 @@ def get_init_inputs():
     return [in_channels, out_channels, kernel_size, pool_size]
 
 
-KZ_SIZES = {
-    "small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9}
-}
+KZ_SIZES = {"small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9}}

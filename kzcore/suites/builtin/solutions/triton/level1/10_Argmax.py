@@ -30,11 +30,7 @@ def argmax_dim1_kernel(
     for m0 in range(0, M, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask = (offs_m[:, None] < M) & mask_n[None, :]
-        ptrs = (
-            base
-            + offs_m[:, None].to(tl.int64) * stride_xm
-            + offs_n[None, :] * stride_xn
-        )
+        ptrs = base + offs_m[:, None].to(tl.int64) * stride_xm + offs_n[None, :] * stride_xn
         vals = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
         chunk_max = tl.max(vals, axis=0)
         # First row of the chunk holding the chunk's maximum (m0 + BLOCK_M if all masked).

@@ -7,8 +7,7 @@ from torch import nn
 
 
 @triton.jit
-def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, x_row_stride, out_row_stride, eps,
-                      BLOCK: tl.constexpr):
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, x_row_stride, out_row_stride, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride
@@ -48,6 +47,7 @@ class ModelNew(nn.Module):
         n_rows = x2.shape[0]
         out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
         BLOCK = min(1024, triton.next_power_of_2(n_cols))
-        layer_norm_kernel[(n_rows,)](x2, self.ln.weight, self.ln.bias, out, n_cols, x2.stride(0), out.stride(0),
-                                     self.ln.eps, BLOCK=BLOCK)
+        layer_norm_kernel[(n_rows,)](
+            x2, self.ln.weight, self.ln.bias, out, n_cols, x2.stride(0), out.stride(0), self.ln.eps, BLOCK=BLOCK
+        )
         return out.view(x.shape)

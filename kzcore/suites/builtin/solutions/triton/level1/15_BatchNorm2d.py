@@ -30,8 +30,9 @@ def bn_plane_stats_kernel(x_ptr, sum_ptr, m2_ptr, hw, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def bn_apply_kernel(x_ptr, sum_ptr, m2_ptr, w_ptr, b_ptr, out_ptr, n_batch, n_chan, hw, eps,
-                    BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+def bn_apply_kernel(
+    x_ptr, sum_ptr, m2_ptr, w_ptr, b_ptr, out_ptr, n_batch, n_chan, hw, eps, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr
+):
     pid = tl.program_id(0)
     c = pid % n_chan
     count = n_batch * hw
@@ -79,6 +80,18 @@ class ModelNew(nn.Module):
         BLOCK = min(1024, triton.next_power_of_2(hw))
         BLOCK_N = min(1024, triton.next_power_of_2(n_batch))
         bn_plane_stats_kernel[(n_planes,)](x, plane_sum, plane_m2, hw, BLOCK=BLOCK)
-        bn_apply_kernel[(n_planes,)](x, plane_sum, plane_m2, self.bn.weight, self.bn.bias, out, n_batch, n_chan,
-                                     hw, self.bn.eps, BLOCK_N=BLOCK_N, BLOCK=BLOCK)
+        bn_apply_kernel[(n_planes,)](
+            x,
+            plane_sum,
+            plane_m2,
+            self.bn.weight,
+            self.bn.bias,
+            out,
+            n_batch,
+            n_chan,
+            hw,
+            self.bn.eps,
+            BLOCK_N=BLOCK_N,
+            BLOCK=BLOCK,
+        )
         return out

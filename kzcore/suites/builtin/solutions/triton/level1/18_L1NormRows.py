@@ -8,8 +8,9 @@ from torch import nn
 
 
 @triton.jit
-def l1_norm_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
-                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def l1_norm_rows_kernel(
+    x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr
+):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = rows < n_rows
     cols = tl.arange(0, BLOCK_C)

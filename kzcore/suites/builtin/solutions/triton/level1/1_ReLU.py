@@ -1,9 +1,9 @@
 """ReLU as one Triton elementwise kernel."""
 
 import torch
-import torch.nn as nn
 import triton
 import triton.language as tl
+from torch import nn
 
 
 @triton.jit

@@ -8,9 +8,17 @@ from torch import nn
 
 @triton.jit
 def matvec_kernel(
-    a_ptr, x_ptr, y_ptr, M, K,
-    stride_am, stride_ak, stride_xk, stride_ym,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr,
+    x_ptr,
+    y_ptr,
+    M,
+    K,
+    stride_am,
+    stride_ak,
+    stride_xk,
+    stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
@@ -40,8 +48,17 @@ class ModelNew(nn.Module):
         BLOCK_M, BLOCK_K = 16, 128
         grid = (triton.cdiv(M, BLOCK_M),)
         matvec_kernel[grid](
-            A, B, out, M, K,
-            A.stride(0), A.stride(1), B.stride(0), out.stride(0),
-            BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, num_warps=4,
+            A,
+            B,
+            out,
+            M,
+            K,
+            A.stride(0),
+            A.stride(1),
+            B.stride(0),
+            out.stride(0),
+            BLOCK_M=BLOCK_M,
+            BLOCK_K=BLOCK_K,
+            num_warps=4,
         )
         return out

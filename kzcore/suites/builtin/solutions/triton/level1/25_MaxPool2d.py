@@ -8,8 +8,16 @@ from torch import nn
 
 @triton.jit
 def maxpool2d_kernel(
-    x_ptr, out_ptr, total, H, W, OH, OW,
-    KS: tl.constexpr, STRIDE: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    out_ptr,
+    total,
+    H,
+    W,
+    OH,
+    OW,
+    KS: tl.constexpr,
+    STRIDE: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total
@@ -40,6 +48,15 @@ class ModelNew(nn.Module):
         total = out.numel()
         BLOCK = 1024
         maxpool2d_kernel[(triton.cdiv(total, BLOCK),)](
-            x, out, total, H, W, OH, OW, KS=ks, STRIDE=stride, BLOCK=BLOCK,
+            x,
+            out,
+            total,
+            H,
+            W,
+            OH,
+            OW,
+            KS=ks,
+            STRIDE=stride,
+            BLOCK=BLOCK,
         )
         return out

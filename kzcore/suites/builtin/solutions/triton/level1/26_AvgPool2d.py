@@ -8,8 +8,17 @@ from torch import nn
 
 @triton.jit
 def avgpool2d_kernel(
-    x_ptr, out_ptr, total, H, W, OH, OW,
-    KS: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    out_ptr,
+    total,
+    H,
+    W,
+    OH,
+    OW,
+    KS: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total
@@ -44,6 +53,16 @@ class ModelNew(nn.Module):
         total = out.numel()
         BLOCK = 1024
         avgpool2d_kernel[(triton.cdiv(total, BLOCK),)](
-            x, out, total, H, W, OH, OW, KS=ks, STRIDE=stride, PAD=pad, BLOCK=BLOCK,
+            x,
+            out,
+            total,
+            H,
+            W,
+            OH,
+            OW,
+            KS=ks,
+            STRIDE=stride,
+            PAD=pad,
+            BLOCK=BLOCK,
         )
         return out

@@ -25,7 +25,5 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         n = x.numel()
         BLOCK = 1024
-        leaky_relu_kernel[(triton.cdiv(n, BLOCK),)](
-            x, out, n, self.negative_slope, BLOCK=BLOCK
-        )
+        leaky_relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, self.negative_slope, BLOCK=BLOCK)
         return out

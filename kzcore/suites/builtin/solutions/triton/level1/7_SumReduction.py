@@ -28,11 +28,7 @@ def sum_dim1_kernel(
     for m0 in range(0, M, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask = (offs_m[:, None] < M) & mask_n[None, :]
-        ptrs = (
-            base
-            + offs_m[:, None].to(tl.int64) * stride_xm
-            + offs_n[None, :] * stride_xn
-        )
+        ptrs = base + offs_m[:, None].to(tl.int64) * stride_xm + offs_n[None, :] * stride_xn
         acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     total = tl.sum(acc, axis=0)
     tl.store(out_ptr + pid_b * stride_ob + offs_n * stride_on, total, mask=mask_n)

@@ -26,7 +26,5 @@ class ModelNew(nn.Module):
         x2 = x.reshape(-1, N)
         out = x.new_empty((x2.shape[0],))
         BLOCK = 1024
-        row_mean_kernel[(x2.shape[0],)](
-            x2, out, N, x2.stride(0), x2.stride(1), BLOCK=BLOCK
-        )
+        row_mean_kernel[(x2.shape[0],)](x2, out, N, x2.stride(0), x2.stride(1), BLOCK=BLOCK)
         return out.view(rows)

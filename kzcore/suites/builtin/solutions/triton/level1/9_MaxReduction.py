@@ -28,11 +28,7 @@ def max_dim1_kernel(
     for m0 in range(0, M, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask = (offs_m[:, None] < M) & mask_n[None, :]
-        ptrs = (
-            base
-            + offs_m[:, None].to(tl.int64) * stride_xm
-            + offs_n[None, :] * stride_xn
-        )
+        ptrs = base + offs_m[:, None].to(tl.int64) * stride_xm + offs_n[None, :] * stride_xn
         vals = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
         acc = tl.maximum(acc, vals)
     best = tl.max(acc, axis=0)

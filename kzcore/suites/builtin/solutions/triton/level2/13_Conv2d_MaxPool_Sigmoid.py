@@ -7,8 +7,22 @@ from torch import nn
 
 @triton.jit
 def conv_tile(
-    x_ptr, w_ptr, x_base, oh, ow, p_mask, offs_co, co_mask, C_in, H, W, PAD,
-    KS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    x_base,
+    oh,
+    ow,
+    p_mask,
+    offs_co,
+    co_mask,
+    C_in,
+    H,
+    W,
+    PAD,
+    KS: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
 ):
     # Direct convolution of BLOCK_P output pixels x BLOCK_CO output channels (no bias):
     # for every kernel tap, a [BLOCK_P, BLOCK_CI] x [BLOCK_CI, BLOCK_CO] product over input channels.
@@ -39,10 +53,23 @@ def conv_tile(
 
 @triton.jit
 def conv_maxpool_sigmoid_kernel(
-    x_ptr, w_ptr, cb_ptr, out_ptr,
-    N, C_in, H, W, C_out, PH, PW, PAD,
-    KS: tl.constexpr, POOL: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    cb_ptr,
+    out_ptr,
+    N,
+    C_in,
+    H,
+    W,
+    C_out,
+    PH,
+    PW,
+    PAD,
+    KS: tl.constexpr,
+    POOL: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
 ):
     # BLOCK_P pooled pixels x BLOCK_CO channels; the POOL x POOL conv outputs under each window are
     # computed in registers and max-reduced before the bias, sigmoid and the only store
@@ -62,8 +89,22 @@ def conv_maxpool_sigmoid_kernel(
     for dh in tl.static_range(POOL):
         for dw in tl.static_range(POOL):
             acc = conv_tile(
-                x_ptr, w_ptr, x_base, ph * POOL + dh, pw * POOL + dw, p_mask, offs_co, co_mask,
-                C_in, H, W, PAD, KS, BLOCK_P, BLOCK_CO, BLOCK_CI,
+                x_ptr,
+                w_ptr,
+                x_base,
+                ph * POOL + dh,
+                pw * POOL + dw,
+                p_mask,
+                offs_co,
+                co_mask,
+                C_in,
+                H,
+                W,
+                PAD,
+                KS,
+                BLOCK_P,
+                BLOCK_CO,
+                BLOCK_CI,
             )
             m = tl.maximum(m, acc)
     cb = tl.load(cb_ptr + offs_co, mask=co_mask, other=0.0)
@@ -91,8 +132,22 @@ class ModelNew(nn.Module):
         BLOCK_P, BLOCK_CO, BLOCK_CI = 32, 64, 16
         grid = (triton.cdiv(n * ph * pw, BLOCK_P), triton.cdiv(c_out, BLOCK_CO))
         conv_maxpool_sigmoid_kernel[grid](
-            x, w, self.conv.bias, out,
-            n, c_in, h, wd, c_out, ph, pw, pad,
-            KS=ks, POOL=pool, BLOCK_P=BLOCK_P, BLOCK_CO=BLOCK_CO, BLOCK_CI=BLOCK_CI,
+            x,
+            w,
+            self.conv.bias,
+            out,
+            n,
+            c_in,
+            h,
+            wd,
+            c_out,
+            ph,
+            pw,
+            pad,
+            KS=ks,
+            POOL=pool,
+            BLOCK_P=BLOCK_P,
+            BLOCK_CO=BLOCK_CO,
+            BLOCK_CI=BLOCK_CI,
         )
         return out

@@ -8,9 +8,24 @@ from torch import nn
 
 @triton.jit
 def gemm_scale_sigmoid_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on, scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_om,
+    stride_on,
+    scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     # Grouped program ordering so neighbouring programs share weight tiles in L2.
     pid = tl.program_id(0)
@@ -33,18 +48,25 @@ def gemm_scale_sigmoid_kernel(
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + offs_k
         mask_k = kk < K
-        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
-                    mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        a = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
+            mask=mask_m[:, None] & mask_k[None, :],
+            other=0.0,
+        )
         # W is [N, K]; load the [BLOCK_K, BLOCK_N] tile of W^T.
-        b = tl.load(w_ptr + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                    mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+        b = tl.load(
+            w_ptr + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
+            mask=mask_k[:, None] & mask_n[None, :],
+            other=0.0,
+        )
         acc += tl.dot(a, b, input_precision="ieee")
 
     bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
     y = acc + bias[None, :]
     y = tl.sigmoid(y * scale)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, y,
-             mask=mask_m[:, None] & mask_n[None, :])
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, y, mask=mask_m[:, None] & mask_n[None, :]
+    )
 
 
 def _tile(n, big):
@@ -65,9 +87,25 @@ class ModelNew(nn.Module):
         BLOCK_M, BLOCK_N, BLOCK_K = _tile(M, 128), _tile(N, 256), 16
         grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
         gemm_scale_sigmoid_kernel[grid](
-            x, w, self.gemm.bias, out, M, N, K,
-            x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1), self.scale,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=8,
-            num_warps=8, num_stages=3,
+            x,
+            w,
+            self.gemm.bias,
+            out,
+            M,
+            N,
+            K,
+            x.stride(0),
+            x.stride(1),
+            w.stride(0),
+            w.stride(1),
+            out.stride(0),
+            out.stride(1),
+            self.scale,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            BLOCK_K=BLOCK_K,
+            GROUP_M=8,
+            num_warps=8,
+            num_stages=3,
         )
         return out

@@ -8,9 +8,22 @@ from torch import nn
 
 @triton.jit
 def gemm_softmax_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_om,
+    stride_on,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     # Each program owns BLOCK_M full rows, so the softmax statistics need no cross-program sync.
     pid_m = tl.program_id(0)
@@ -28,11 +41,17 @@ def gemm_softmax_kernel(
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + offs_k
             mask_k = kk < K
-            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
-                        mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+            a = tl.load(
+                x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
+                mask=mask_m[:, None] & mask_k[None, :],
+                other=0.0,
+            )
             # W is [N, K]; load the [BLOCK_K, BLOCK_N] tile of W^T.
-            b = tl.load(w_ptr + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                        mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+            b = tl.load(
+                w_ptr + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
+                mask=mask_k[:, None] & mask_n[None, :],
+                other=0.0,
+            )
             acc += tl.dot(a, b, input_precision="ieee")
         bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
         y = acc + bias[None, :]
@@ -40,8 +59,11 @@ def gemm_softmax_kernel(
         new_max = tl.maximum(row_max, tl.max(y_m, axis=1))
         row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(y_m - new_max[:, None]), axis=1)
         row_max = new_max
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, y,
-                 mask=mask_m[:, None] & mask_n[None, :])
+        tl.store(
+            out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+            y,
+            mask=mask_m[:, None] & mask_n[None, :],
+        )
 
     # Make pass-1 stores visible to every thread of the program before reading them back.
     tl.debug_barrier()
@@ -74,9 +96,23 @@ class ModelNew(nn.Module):
         BLOCK_M, BLOCK_N, BLOCK_K = _tile(M, 128), _tile(N, 256), 16
         grid = (triton.cdiv(M, BLOCK_M),)
         gemm_softmax_kernel[grid](
-            x, w, self.gemm.bias, out, M, N, K,
-            x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1),
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            num_warps=8, num_stages=3,
+            x,
+            w,
+            self.gemm.bias,
+            out,
+            M,
+            N,
+            K,
+            x.stride(0),
+            x.stride(1),
+            w.stride(0),
+            w.stride(1),
+            out.stride(0),
+            out.stride(1),
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            BLOCK_K=BLOCK_K,
+            num_warps=8,
+            num_stages=3,
         )
         return out

@@ -7,8 +7,22 @@ from torch import nn
 
 @triton.jit
 def conv_tile(
-    x_ptr, w_ptr, x_base, oh, ow, p_mask, offs_co, co_mask, C_in, H, W, PAD,
-    KS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    x_base,
+    oh,
+    ow,
+    p_mask,
+    offs_co,
+    co_mask,
+    C_in,
+    H,
+    W,
+    PAD,
+    KS: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
 ):
     # Direct convolution of BLOCK_P output pixels x BLOCK_CO output channels (no bias):
     # for every kernel tap, a [BLOCK_P, BLOCK_CI] x [BLOCK_CI, BLOCK_CO] product over input channels.
@@ -39,9 +53,23 @@ def conv_tile(
 
 @triton.jit
 def conv_tanh_scale_kernel(
-    x_ptr, w_ptr, cb_ptr, out_ptr, scale,
-    N, C_in, H, W, C_out, H_out, W_out, PAD,
-    KS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    cb_ptr,
+    out_ptr,
+    scale,
+    N,
+    C_in,
+    H,
+    W,
+    C_out,
+    H_out,
+    W_out,
+    PAD,
+    KS: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -55,8 +83,22 @@ def conv_tanh_scale_kernel(
     oh = rem // W_out
     ow = rem % W_out
     acc = conv_tile(
-        x_ptr, w_ptr, n * (C_in * H * W), oh, ow, p_mask, offs_co, co_mask, C_in, H, W, PAD,
-        KS, BLOCK_P, BLOCK_CO, BLOCK_CI,
+        x_ptr,
+        w_ptr,
+        n * (C_in * H * W),
+        oh,
+        ow,
+        p_mask,
+        offs_co,
+        co_mask,
+        C_in,
+        H,
+        W,
+        PAD,
+        KS,
+        BLOCK_P,
+        BLOCK_CO,
+        BLOCK_CI,
     )
     cb = tl.load(cb_ptr + offs_co, mask=co_mask, other=0.0)
     acc += cb[None, :]
@@ -84,8 +126,22 @@ class ModelNew(nn.Module):
         BLOCK_P, BLOCK_CO, BLOCK_CI = 64, 64, 16
         grid = (triton.cdiv(n * h_out * w_out, BLOCK_P), triton.cdiv(c_out, BLOCK_CO))
         conv_tanh_scale_kernel[grid](
-            x, w, self.conv.bias, out, float(self.scale),
-            n, c_in, h, wd, c_out, h_out, w_out, pad,
-            KS=ks, BLOCK_P=BLOCK_P, BLOCK_CO=BLOCK_CO, BLOCK_CI=BLOCK_CI,
+            x,
+            w,
+            self.conv.bias,
+            out,
+            float(self.scale),
+            n,
+            c_in,
+            h,
+            wd,
+            c_out,
+            h_out,
+            w_out,
+            pad,
+            KS=ks,
+            BLOCK_P=BLOCK_P,
+            BLOCK_CO=BLOCK_CO,
+            BLOCK_CI=BLOCK_CI,
         )
         return out

@@ -1,0 +1,163 @@
+"""Scores: unbiased pass@k, fast_p (correct AND speedup > p, over all problems), geomean, per-level tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kzcore.metrics import FAST_P, geomean, pass_at_k, summarize
+from kzcore.types import EvalResult, Status
+
+
+def result(problem: str, status: Status = Status.CORRECT, speedup: float | None = None, level: int = 1, sample: int = 0):
+    return EvalResult(problem=problem, level=level, language="triton", sample=sample, status=status, speedup=speedup)
+
+
+def stable_pass_at_k(n: int, c: int, k: int) -> float:
+    """The Codex paper's numerically stable product form, an independent formula for the same estimator."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# pass@k
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("c", range(6))
+@pytest.mark.parametrize("k", range(1, 6))
+def test_pass_at_k_matches_closed_form(c, k):
+    expected = 1.0 - math.comb(5 - c, k) / math.comb(5, k)
+    assert pass_at_k(5, c, k) == pytest.approx(expected, abs=1e-12)
+    assert pass_at_k(5, c, k) == pytest.approx(stable_pass_at_k(5, c, k), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (5, 1, 1, 0.2),
+        (10, 3, 1, 0.3),
+        (10, 3, 2, 1 - 21 / 45),  # 1 - C(7,2)/C(10,2) = 8/15
+        (4, 2, 2, 5 / 6),
+        (5, 0, 3, 0.0),
+        (5, 5, 1, 1.0),
+        (5, 2, 4, 1.0),  # fewer failures than k: every draw of 4 holds a pass
+        (100, 1, 10, 0.1),
+    ],
+)
+def test_pass_at_k_pinned_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("n, c, k", [(5, 6, 1), (5, -1, 1), (5, 1, 0), (5, 1, 6)])
+def test_pass_at_k_rejects_impossible_arguments(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+@given(st.integers(1, 60).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+def test_pass_at_k_is_a_monotone_probability(args):
+    n, c, k = args
+    value = pass_at_k(n, c, k)
+    assert 0.0 <= value <= 1.0
+    if c < n:
+        assert pass_at_k(n, c + 1, k) >= value - 1e-12
+    if k < n:
+        assert pass_at_k(n, c, k + 1) >= value - 1e-12
+    assert value == pytest.approx(stable_pass_at_k(n, c, k), abs=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------------
+# fast_p and geomean
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_fast_p_counts_correct_and_strictly_faster():
+    results = [
+        result("a", speedup=1.2),
+        result("b", speedup=0.7),
+        result("c", speedup=1.0),  # exactly 1.0 is not faster than 1.0
+        result("d", Status.INCORRECT, speedup=3.0),  # fast but wrong counts for nothing
+        result("e", Status.HACK_SUSPECTED, speedup=9.0),
+    ]
+    row = summarize(results)["all"]
+    assert row["problems"] == 5 and row["correct"] == 3
+    assert row["pass@k"] == pytest.approx(3 / 5)
+    assert row["fast_0"] == pytest.approx(3 / 5)
+    assert row["fast_0.5"] == pytest.approx(3 / 5)
+    assert row["fast_0.8"] == pytest.approx(2 / 5)
+    assert row["fast_1"] == pytest.approx(1 / 5)
+    assert row["fast_1.5"] == 0.0
+    assert row["fast_2"] == 0.0
+    assert row["geomean_speedup"] == pytest.approx((1.2 * 0.7 * 1.0) ** (1 / 3))
+    assert {f"fast_{p:g}" for p in FAST_P} <= set(row)
+
+
+def test_fast_0_is_the_correct_rate_and_other_fast_p_are_none_when_untimed():
+    results = [result("a"), result("b"), result("c", Status.COMPILE_ERROR), result("d", Status.TIMEOUT)]
+    row = summarize(results)["all"]
+    assert row["fast_0"] == pytest.approx(0.5) == row["pass@k"]
+    for p in FAST_P[1:]:
+        assert row[f"fast_{p:g}"] is None
+    assert row["geomean_speedup"] is None
+
+
+def test_geomean():
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert geomean([2.0, 8.0, 0.5]) == pytest.approx(2.0)
+    assert geomean([2.0, 3.0]) == pytest.approx(6.0**0.5)
+    assert geomean([3.0, None, 0.0, -1.0]) == pytest.approx(3.0)  # only positive figures count
+    assert geomean([]) is None
+    assert geomean([None]) is None
+
+
+# ----------------------------------------------------------------------------------------------------
+# grouping
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_per_level_grouping():
+    results = [
+        result("a", level=1, speedup=2.0),
+        result("b", Status.INCORRECT, level=1),
+        result("x", level=2, speedup=0.5),
+    ]
+    table = summarize(results)
+    assert list(table) == [1, 2, "all"]
+    assert (table[1]["problems"], table[1]["correct"], table[1]["pass@k"]) == (2, 1, 0.5)
+    assert (table[2]["problems"], table[2]["correct"], table[2]["pass@k"]) == (1, 1, 1.0)
+    assert table[1]["fast_1"] == 0.5 and table[2]["fast_1"] == 0.0
+    assert table[2]["geomean_speedup"] == pytest.approx(0.5)
+    assert table["all"]["problems"] == 3 and table["all"]["pass@k"] == pytest.approx(2 / 3)
+    assert table["all"]["geomean_speedup"] == pytest.approx(1.0)
+
+
+def test_same_name_on_two_levels_is_two_problems():
+    table = summarize([result("1_X", level=1), result("1_X", Status.INCORRECT, level=2)])
+    assert table["all"]["problems"] == 2 and table["all"]["pass@k"] == 0.5
+
+
+def test_problems_without_results_score_zero():
+    results = [result("a", speedup=2.0)]
+    problems = [(1, "a"), (1, "b"), (1, "c"), (2, "z")]
+    table = summarize(results, problems=problems)
+    assert table["all"]["problems"] == 4
+    assert table["all"]["samples"] == 1
+    assert table["all"]["pass@k"] == pytest.approx(1 / 4)
+    assert table["all"]["fast_1"] == pytest.approx(1 / 4)
+    assert table[1]["pass@k"] == pytest.approx(1 / 3)
+    assert table[2]["problems"] == 1 and table[2]["pass@k"] == 0.0
+
+
+def test_pass_at_k_over_samples_per_problem():
+    results = [result("a", sample=0), result("a", Status.INCORRECT, sample=1), result("a", Status.INCORRECT, sample=2)]
+    results += [result("b", Status.INCORRECT, sample=i) for i in range(3)]
+    assert summarize(results, k=1)["all"]["pass@k"] == pytest.approx((1 / 3 + 0) / 2)
+    assert summarize(results, k=2)["all"]["pass@k"] == pytest.approx((pass_at_k(3, 1, 2) + 0) / 2)
+    assert summarize(results, k=2)["all"]["k"] == 2
+    with pytest.raises(ValueError, match="pass@4 needs >= 4 samples per problem"):
+        summarize(results, k=4)

@@ -1,0 +1,159 @@
+"""kz_triton's static check: what a Triton candidate's forward path may and may not do, from the AST alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kz_triton.static import check_source
+
+SOLUTIONS = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin" / "solutions" / "triton"
+BUILTIN_SOLUTIONS = sorted(SOLUTIONS.glob("**/*.py"))
+
+HEADER = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+"""
+
+MODEL_NEW = """
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.randn(8))  # compute in __init__ is not the forward path
+
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        #EXTRA
+        relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+        return out.view(x.size(0), -1)
+"""
+
+GOOD = HEADER + MODEL_NEW.replace("        #EXTRA\n", "")
+
+
+def with_forward(line: str, extra_module_code: str = "") -> str:
+    return HEADER + extra_module_code + MODEL_NEW.replace("#EXTRA", line)
+
+
+def line_of(source: str, needle: str) -> int:
+    return next(i for i, text in enumerate(source.splitlines(), 1) if needle in text)
+
+
+@pytest.mark.parametrize("path", BUILTIN_SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_builtin_solution_passes(path):
+    assert check_source(path.read_text()) == []
+
+
+def test_builtin_solutions_exist():
+    assert len(BUILTIN_SOLUTIONS) >= 36
+
+
+def test_good_candidate_passes():
+    assert check_source(GOOD) == []
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("y = torch.relu(x)", "calls `torch.relu` (PyTorch compute) in the forward path"),
+        ("y = F.softmax(x, dim=-1)", "calls `F.softmax` (PyTorch compute) in the forward path"),
+        ("y = torch.nn.functional.gelu(x)", "calls `torch.nn.functional.gelu` (PyTorch compute) in the forward path"),
+        ("s = x.sum()", "calls tensor method `.sum()` (PyTorch compute) in the forward path"),
+        ("y = x.softmax(-1)", "calls tensor method `.softmax()` (PyTorch compute) in the forward path"),
+        ("y = x @ x", "`@` (matrix multiply) on tensors in the forward path"),
+        ("y = self.linear(x)", "calls submodule `self.linear` (nn.Linear) instead of a kernel"),
+        ("ref = Model()", "uses the reference `Model` class"),
+        ("f = getattr(torch, 'relu')", "calls `getattr` in the forward path (dynamic dispatch is not allowed)"),
+    ],
+)
+def test_forward_path_violations(line, expected):
+    source = with_forward(line)
+    assert check_source(source) == [f"line {line_of(source, line)}: {expected}"]
+
+
+def test_try_except_anywhere_is_a_violation():
+    source = GOOD + "\n\ntry:\n    import fast_path\nexcept ImportError:\n    fast_path = None\n"
+    assert check_source(source) == [f"line {line_of(source, 'try:')}: try/except is not allowed (no fallback paths)"]
+
+
+def test_missing_kernel():
+    source = "import torch\nfrom torch import nn\n" + MODEL_NEW.replace("#EXTRA", "pass").replace(
+        "relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)", "out.copy_(x)"
+    )
+    assert check_source(source) == ["no `@triton.jit` kernel defined"]
+
+
+def test_kernel_under_autotune_counts():
+    source = GOOD.replace("@triton.jit\n", "@triton.autotune(configs=[], key=['n'])\n@triton.jit\n")
+    assert check_source(source) == []
+
+
+def test_missing_model_new():
+    assert check_source(HEADER + "\n\nclass Model(nn.Module):\n    pass\n") == ["no `class ModelNew` defined"]
+    assert check_source(GOOD.replace("def forward(self, x):", "def run(self, x):")) == [
+        "`ModelNew` has no `forward` method"
+    ]
+
+
+def test_calls_through_helpers_are_caught():
+    helpers = """
+
+def _prepare(x):
+    return _really_prepare(x)
+
+
+def _really_prepare(x):
+    return torch.sigmoid(x)
+"""
+    source = with_forward("y = _prepare(x)", helpers)
+    assert check_source(source) == [
+        f"line {line_of(source, 'torch.sigmoid')}: calls `torch.sigmoid` (PyTorch compute) in the forward path"
+    ]
+    method = MODEL_NEW.replace("#EXTRA", "y = self._post(x)") + "\n    def _post(self, x):\n        return x.exp()\n"
+    source = HEADER + method
+    assert check_source(source) == [
+        f"line {line_of(source, 'x.exp()')}: calls tensor method `.exp()` (PyTorch compute) in the forward path"
+    ]
+
+
+def test_code_not_reached_from_forward_is_not_checked():
+    unused = "\n\ndef reference_for_debugging(x):\n    return torch.relu(x) @ x\n"
+    assert check_source(HEADER + unused + GOOD[len(HEADER) :]) == []
+
+
+def test_torch_inside_triton_kernels_is_not_the_forward_path():
+    kernel = """
+
+@triton.jit
+def odd_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = torch.exp(x)
+    z = x.sum()
+    tl.store(x_ptr + offs, tl.sum(y @ z, axis=0), mask=offs < n)
+
+
+def launch(x, n):
+    odd_kernel[(1,)](x, n, BLOCK=1024)
+"""
+    source = with_forward("launch(out, n)", kernel)
+    assert check_source(source) == []
+
+
+def test_syntax_error_is_left_to_the_loader():
+    assert check_source("class ModelNew(:\n") == []
