@@ -21,16 +21,49 @@ import time
 from pathlib import Path
 
 
+def throughput_pass(problems, candidates, by_key, args, pm) -> dict:
+    """All candidates submitted at once to a pool with several workers per GPU (timing stays exclusive
+    through the per-GPU lock), Triton cache empty again: evaluations per minute, per level."""
+    from kzcore.executors.local import LocalPool
+    from kzcore.plugins import plugin_specs
+    from kzcore.types import EvalConfig, EvalJob
+
+    config = EvalConfig(device=args.device, size=args.size, workers_per_gpu=args.workers_per_gpu)
+    out = {"workers_per_gpu": args.workers_per_gpu}
+    for level in sorted({c.level for c in candidates}):
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")
+        pool = LocalPool(config=config, plugins=plugin_specs(pm)).start()
+        jobs = [
+            EvalJob(problem=by_key[(c.level, c.problem)], candidate=c, config=config)
+            for c in candidates
+            if c.level == level
+        ]
+        t = time.perf_counter()
+        results = list(pool.map(jobs))
+        wall = time.perf_counter() - t
+        pool.close()
+        speedups = {f"level{r.level}/{r.problem}": r.speedup for r in results}
+        out[f"level{level}"] = {
+            "candidates": len(jobs),
+            "correct": sum(r.correct for r in results),
+            "wall_s": round(wall, 3),
+            "evals_per_min": round(60 * len(jobs) / wall, 2),
+            "speedups": speedups,
+        }
+        print(f"throughput level{level}: {out[f'level{level}']['evals_per_min']} evals/min", file=sys.stderr)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--levels", default="1,2")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--size", default="auto")
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--workers-per-gpu", type=int, default=3, help="for the throughput pass")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # empty cache
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import get_plugin_manager, plugin_specs
     from kzcore.problems import load_problems, load_solutions
@@ -42,6 +75,7 @@ def main() -> int:
     candidates = load_solutions("builtin", problems, "triton")
     by_key = {(p.level, p.name): p for p in problems}
     config = EvalConfig(device=args.device, size=args.size)
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # empty cache
     pool = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(pm))
     t_start = time.perf_counter()
     pool.start()
@@ -75,6 +109,7 @@ def main() -> int:
         )
     total_s = time.perf_counter() - t0
     pool.close()
+    throughput = throughput_pass(problems, candidates, by_key, args, pm) if pool.device == "cuda" else None
 
     def summary(level: int | None) -> dict:
         sel = [r for r in rows if level is None or r["problem"].startswith(f"level{level}/")]
@@ -101,6 +136,7 @@ def main() -> int:
         "pool_startup_s": round(startup_s, 3),
         "total_s": round(total_s, 3),
         "summary": {"level1": summary(1), "level2": summary(2), "all": summary(None)},
+        "throughput": throughput,
         "targets": {"e2e_median_s_max": 1.0, "evals_per_min_min": 100},
         "results": rows,
     }

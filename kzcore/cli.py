@@ -84,6 +84,7 @@ def _config_from(args):
         timeout_s=args.timeout,
         reps=args.reps,
         tf32=args.tf32,
+        workers_per_gpu=args.workers_per_gpu,
     )
 
 
@@ -190,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
     ev.add_argument("--executor", default="local")
     ev.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    ev.add_argument(
+        "--workers-per-gpu",
+        type=int,
+        default=1,
+        help="overlap compile/correctness of N workers per GPU; timing stays exclusive",
+    )
     ev.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ev.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
     ev.add_argument("--trials", type=int, default=5)

@@ -73,6 +73,17 @@ def kz_register_suites(register: Callable[[str, Path], None]) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+@hookspec
+def kz_worker_started(device: str) -> None:
+    """Called once in each evaluator worker after torch and the plugins are loaded, before any job.
+
+    :param device: ``"cuda"`` or ``"cpu"``.
+
+    Language plugins warm up here (import the compiler, build a tiny kernel) so the first candidate's
+    evaluation does not pay for it.
+    """
+
+
 @hookspec(firstresult=True)
 def kz_extract_source(language: str, completion: str) -> str | None:
     """Extract the candidate's source code from a model completion.
@@ -235,15 +246,4 @@ def kz_phase_end(phase: Phase, metrics: dict[str, float]) -> None:
 
     :param phase: the phase that ran.
     :param metrics: the phase's summary numbers (reward mean, pass rate, seconds, ...).
-    """
-
-
-@hookspec
-def kz_worker_started(device: str) -> None:
-    """Called once in each evaluator worker after torch and the plugins are loaded, before any job.
-
-    :param device: ``"cuda"`` or ``"cpu"``.
-
-    Language plugins warm up here (import the compiler, build a tiny kernel) so the first candidate's
-    evaluation does not pay for it.
     """

@@ -111,6 +111,7 @@ class EvalConfig:
     max_timing_s: float = 10.0
     flush_l2: bool = True
     tf32: bool = False
+    workers_per_gpu: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
     def tolerance_for(self, dtype_name: str) -> Tolerance:
         """Per-dtype tolerance: the configured one for fp32, looser for half types, tighter for fp64."""

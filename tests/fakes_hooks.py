@@ -50,8 +50,13 @@ class InlineExecutor:
             self.jobs.append(job)
             cand = job.candidate
             yield EvalResult(
-                problem=cand.problem, level=job.problem.level, language=cand.language, sample=cand.sample,
-                status=Status.CORRECT, message="answered by the inline executor", speedup=3.0,
+                problem=cand.problem,
+                level=job.problem.level,
+                language=cand.language,
+                sample=cand.sample,
+                status=Status.CORRECT,
+                message="answered by the inline executor",
+                speedup=3.0,
             )
 
     def close(self):
@@ -195,7 +200,9 @@ class FixedTimer:
     def kz_time_candidate(self, device, reference, candidate, config):
         reference()
         candidate()
-        return Timing(ref_ms=2.0, cand_ms=0.5, ref_spread=0.01, cand_spread=0.02, reps=7, note=f"fixed timer on {device}")
+        return Timing(
+            ref_ms=2.0, cand_ms=0.5, ref_spread=0.01, cand_spread=0.02, reps=7, note=f"fixed timer on {device}"
+        )
 
 
 FIXED_TIMER = FixedTimer()

@@ -89,7 +89,10 @@ def test_kz_register_executors(plugins, relu, tmp_path):
     cands = [py_candidate(0, PY_RELU), py_candidate(1, PY_WRONG)]
     # The inline executor implements exactly what the hookspec documents: map(jobs) and close().
     results = evaluate([relu], cands, CFG, tmp_path / "r.jsonl", executor="inline", workers=3, pm=pm)
-    assert {r.sample: r.message for r in results} == {0: "answered by the inline executor", 1: "answered by the inline executor"}
+    assert {r.sample: r.message for r in results} == {
+        0: "answered by the inline executor",
+        1: "answered by the inline executor",
+    }
     (executor,) = fakes_hooks.InlineExecutor.instances
     assert executor.workers == 3 and executor.config == CFG and executor.closed
     assert executor.plugins == plugin_specs(pm)
@@ -221,7 +224,9 @@ def test_kz_result_filed(plugins, relu, tmp_path):
         [Status.CORRECT, Status.INCORRECT, Status.STATIC_CHECK_FAILED]
     )
     assert recorder.results == results
-    assert sorted(recorder.results, key=lambda r: r.key) == sorted(read_results(tmp_path / "r.jsonl"), key=lambda r: r.key)
+    assert sorted(recorder.results, key=lambda r: r.key) == sorted(
+        read_results(tmp_path / "r.jsonl"), key=lambda r: r.key
+    )
     # resuming files nothing new, so the hook is not called again
     again = evaluate([relu], cands, CFG, tmp_path / "r.jsonl", workers=1, pm=pm)
     assert len(again) == 3 and len(recorder.results) == 3

@@ -12,7 +12,9 @@ from kzcore.metrics import FAST_P, geomean, pass_at_k, summarize
 from kzcore.types import EvalResult, Status
 
 
-def result(problem: str, status: Status = Status.CORRECT, speedup: float | None = None, level: int = 1, sample: int = 0):
+def result(
+    problem: str, status: Status = Status.CORRECT, speedup: float | None = None, level: int = 1, sample: int = 0
+):
     return EvalResult(problem=problem, level=level, language="triton", sample=sample, status=status, speedup=speedup)
 
 

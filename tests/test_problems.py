@@ -112,7 +112,10 @@ def test_single_problem_file(tmp_path):
 def test_jsonl_problems(tmp_path):
     path = tmp_path / "probs.jsonl"
     path.write_text(
-        json.dumps({"name": "a", "code": KB_FOO, "level": 2}) + "\n\n" + json.dumps({"name": "b", "code": KB_BAR}) + "\n"
+        json.dumps({"name": "a", "code": KB_FOO, "level": 2})
+        + "\n\n"
+        + json.dumps({"name": "b", "code": KB_BAR})
+        + "\n"
     )
     problems = load_problems(str(path))
     assert [(p.name, p.level, p.source, p.suite, p.path) for p in problems] == [

@@ -97,8 +97,9 @@ def changed_inputs(before: list, after: list) -> list[int]:
 class Evaluation:
     """One job's state across the stages; `run()` returns (EvalResult, worker_poisoned)."""
 
-    def __init__(self, job: EvalJob, pm, workdir: Path, device: str):
+    def __init__(self, job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0):
         self.job, self.pm, self.workdir, self.device = job, pm, workdir, device
+        self.gpu_lock, self.lock_index = gpu_lock, lock_index
         self.config = job.config
         self.language = job.candidate.language
         self.clock = StageClock()
@@ -123,6 +124,14 @@ class Evaluation:
             import torch
 
             torch.cuda.synchronize()
+
+    def shared_gpu(self):
+        """Held while this worker uses the GPU for anything but timing (other workers may too)."""
+        return self.gpu_lock.shared(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
+
+    def exclusive_gpu(self):
+        """Held while timing: no other worker on this GPU runs anything."""
+        return self.gpu_lock.exclusive(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
 
     def forward(self, language: str, model, inputs):
         return self.pm.hook.kz_run_forward(language=language, model=model, inputs=inputs)
@@ -246,11 +255,14 @@ class Evaluation:
                 raise Verdict(Status.INCORRECT, f"trial {trial}: {check.message}")
             del actual, expected, pristine, cand_inputs
 
-    def timing(self, problem_mod, reference, candidate) -> None:
+    def timing_inputs(self, problem_mod) -> tuple[list, list]:
         with self.device_ctx():
             self.seed(self.config.seed * 1000 + 999)
             inputs = list(problem_mod.get_inputs())
-        ref_inputs, cand_inputs = clone_inputs(inputs), clone_inputs(inputs)
+        return clone_inputs(inputs), clone_inputs(inputs)
+
+    def timing(self, reference, candidate, inputs) -> None:
+        ref_inputs, cand_inputs = inputs
         with self.clock("timing"):
             try:
                 timing = self.pm.hook.kz_time_candidate(
@@ -290,9 +302,12 @@ class Evaluation:
             launches = self.pm.hook.kz_instrument_candidate(language=self.language, module=candidate_mod)
             with self.clock("load_problem"):
                 problem_mod = self.load_problem()
-            reference, candidate = self.construct(problem_mod, candidate_mod)
-            self.correctness(problem_mod, reference, candidate, launches)
-            self.timing(problem_mod, reference, candidate)
+            with self.shared_gpu():
+                reference, candidate = self.construct(problem_mod, candidate_mod)
+                self.correctness(problem_mod, reference, candidate, launches)
+                inputs = self.timing_inputs(problem_mod)
+            with self.exclusive_gpu():
+                self.timing(reference, candidate, inputs)
         except Verdict as verdict:
             status, message = verdict.status, verdict.message
             self.fields.update(verdict.fields)
@@ -330,6 +345,9 @@ class Evaluation:
         return attrs.evolve(base, **self.fields)
 
 
-def evaluate_job(job: EvalJob, pm, workdir: Path, device: str) -> tuple[EvalResult, bool]:
-    """Evaluate one job in this (worker) process. Returns the result and whether the process is poisoned."""
-    return Evaluation(job, pm, workdir, device).run()
+def evaluate_job(
+    job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0
+) -> tuple[EvalResult, bool]:
+    """Evaluate one job in this (worker) process. Returns the result and whether the process is poisoned.
+    ``gpu_lock`` (a DeviceLock shared with the other workers of this GPU) keeps timing exclusive."""
+    return Evaluation(job, pm, workdir, device, gpu_lock, lock_index).run()

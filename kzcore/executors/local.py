@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
 from kzcore.errors import KzError
+from kzcore.executors.devicelock import DeviceLock
 from kzcore.executors.worker import worker_main
 from kzcore.plugins import get_plugin_manager, plugin_specs
 from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
@@ -41,12 +42,15 @@ def gpu_count() -> int:
 
 
 class _Worker:
-    def __init__(self, ctx, worker_id: int, device: str, env: dict, specs: list[str], tf32: bool):
+    def __init__(
+        self, ctx, worker_id: int, device: str, env: dict, specs: list[str], tf32: bool, lock, lock_index: int
+    ):
         self.id = worker_id
+        self.lock, self.lock_index = lock, lock_index
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
             target=worker_main,
-            args=(child, worker_id, device, env, specs, tf32),
+            args=(child, worker_id, device, env, specs, tf32, lock, lock_index),
             name=f"kz-worker-{worker_id}",
             daemon=True,
         )
@@ -82,13 +86,17 @@ class LocalPool:
         self.config = config or EvalConfig()
         self.device = resolve_device(self.config.device)
         self.specs = plugins if plugins is not None else plugin_specs(get_plugin_manager())
+        self.ctx = mp.get_context("spawn")
+        self.locks: dict[str, DeviceLock] = {}
         if self.device == "cuda":
-            self.slots = [str(i) for i in range(gpu_count())]
-            if workers:
-                self.slots = [self.slots[i % len(self.slots)] for i in range(workers)]
+            gpus = [str(i) for i in range(gpu_count())]
+            per_gpu = self.config.workers_per_gpu
+            n = workers or len(gpus) * per_gpu
+            self.slots = [gpus[i % len(gpus)] for i in range(n)]
+            if n > len(gpus):  # several workers share a GPU: timing must hold it alone
+                self.locks = {gpu: DeviceLock(self.ctx, self.slots.count(gpu)) for gpu in gpus}
         else:
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
-        self.ctx = mp.get_context("spawn")
         self.workers: dict[int, _Worker] = {}
         self._next_id = 0
         self.info: dict = {}
@@ -104,8 +112,16 @@ class LocalPool:
         return env
 
     def _spawn(self, slot_index: int) -> _Worker:
+        gpu = self.slots[slot_index]
         worker = _Worker(
-            self.ctx, self._next_id, self.device, self._env(self.slots[slot_index]), self.specs, self.config.tf32
+            self.ctx,
+            self._next_id,
+            self.device,
+            self._env(gpu),
+            self.specs,
+            self.config.tf32,
+            self.locks.get(gpu),
+            self.slots[:slot_index].count(gpu),
         )
         worker.slot_index = slot_index
         self._next_id += 1
@@ -137,6 +153,11 @@ class LocalPool:
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
+        if worker.lock is not None and not worker.lock.release_dead(worker.lock_index):
+            raise KzError(
+                f"the GPU lock of device {self.slots[worker.slot_index]} was left held by a dead worker; "
+                "results so far are saved, re-run the command to resume"
+            )
         for attempt in range(MAX_START_FAILURES):
             new = self._spawn(worker.slot_index)
             try:
@@ -172,13 +193,20 @@ class LocalPool:
         self.start()
         queue = collections.deque(jobs)
         while queue or any(w.job for w in self.workers.values()):
+            now = time.monotonic()
             for w in self.workers.values():
                 if w.job is None and queue:
                     w.job = queue.popleft()
-                    w.deadline = time.monotonic() + w.job.config.timeout_s
+                    w.deadline, w.tick = now + w.job.config.timeout_s, now
                     w.conn.send(w.job)
             busy = [w for w in self.workers.values() if w.job is not None]
-            timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+            for w in busy:  # time spent only waiting for the GPU lock does not count against the job
+                if w.lock is not None and w.lock.is_waiting(w.lock_index):
+                    w.deadline += now - w.tick
+                w.tick = now
+            timeout = max(0.0, min(w.deadline for w in busy) - now)
+            if self.locks:
+                timeout = min(timeout, 0.5)
             ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
             for w in busy:
                 result = self._collect(w, ready)

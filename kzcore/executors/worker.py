@@ -45,7 +45,9 @@ def _setup_torch(device: str, tf32: bool) -> dict:
     return info
 
 
-def worker_main(conn, worker_id: int, device: str, env: dict, plugin_specs: list, tf32: bool) -> None:
+def worker_main(
+    conn, worker_id: int, device: str, env: dict, plugin_specs: list, tf32: bool, gpu_lock=None, lock_index: int = 0
+) -> None:
     os.environ.update(env)
     workdir = Path(tempfile.mkdtemp(prefix=f"kz-worker{worker_id}-"))
     os.chdir(workdir)
@@ -71,7 +73,7 @@ def worker_main(conn, worker_id: int, device: str, env: dict, plugin_specs: list
             return
         if job is None:
             return
-        result, poisoned = evaluate_job(job, pm, workdir, device)
+        result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
         _trim_log(log)
         conn.send(("result", result, poisoned))
         if poisoned:

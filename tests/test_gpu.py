@@ -1,0 +1,67 @@
+"""GPU-only behaviour: full-size evaluation with timing, NaN-poisoning of the CUDA cache, and recovery from
+an illegal memory access. Run on the GPU machine through scripts/gpu-check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kzcore.evaluate.runner import evaluate
+from kzcore.problems import load_problems, load_solutions
+from kzcore.types import Candidate, EvalConfig, Status
+
+pytestmark = pytest.mark.gpu
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+
+
+def _candidate(name: str, problem: str = "1_ReLU") -> Candidate:
+    source = (ADVERSARIAL / f"{name}.py").read_text()
+    return Candidate(problem=problem, language="triton", level=1, sample=0, source=source, origin=name)
+
+
+def test_poison_fills_freed_blocks_without_growing_the_cache():
+    import torch
+
+    from kzcore.evaluate.memory import poison_free_cache
+
+    x = torch.ones(1 << 24, device="cuda")
+    del x
+    reserved = torch.cuda.memory_reserved()
+    for _ in range(5):
+        poison_free_cache()
+    assert torch.cuda.memory_reserved() <= reserved
+    y = torch.empty(1 << 24, device="cuda")
+    assert torch.isnan(y).all(), "a fresh torch.empty block must read NaN after poisoning"
+
+
+def test_full_size_reference_solutions_are_correct_and_timed(plugins, tmp_path):
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "11_Softmax", "19_Matmul")]
+    results = evaluate(
+        problems, load_solutions("builtin", problems, "triton"), EvalConfig(), tmp_path / "r.jsonl", pm=pm
+    )
+    assert len(results) == 3
+    for r in results:
+        assert r.status is Status.CORRECT, r.message
+        assert r.size == "full" and r.device == "cuda"
+        assert r.speedup and r.ref_ms and r.cand_ms and r.timing_reps >= 100
+
+
+def test_partial_write_reads_poison_not_stale_reference(plugins, tmp_path):
+    pm = plugins("kz_triton")
+    problems = load_problems("builtin:1")
+    (r,) = evaluate(problems, [_candidate("half_output")], EvalConfig(), tmp_path / "r.jsonl", pm=pm)
+    assert r.status is Status.INCORRECT
+    assert "NaN" in r.message or "outside" in r.message
+
+
+def test_illegal_memory_access_replaces_the_worker(plugins, tmp_path):
+    pm = plugins("kz_triton")
+    problems = load_problems("builtin:1")
+    good = load_solutions("builtin", [p for p in problems if p.name == "1_ReLU"], "triton")[0]
+    good = Candidate(problem=good.problem, language="triton", level=1, sample=1, source=good.source)
+    results = evaluate(problems, [_candidate("oob_write"), good], EvalConfig(), tmp_path / "r.jsonl", workers=1, pm=pm)
+    by_sample = {r.sample: r for r in results}
+    assert by_sample[0].status is Status.RUNTIME_ERROR
+    assert by_sample[1].status is Status.CORRECT, by_sample[1].message
