@@ -59,7 +59,7 @@ def _cmd_suite(args) -> int:
         matches = [p for p in problems if p.name == args.name or p.key == args.name]
         if not matches:
             raise KzError(f"no problem {args.name!r} in {args.spec}")
-        console.print(matches[0].source, markup=False, highlight=False)
+        sys.stdout.write(matches[0].source)  # verbatim: `kz suite show builtin NAME > file.py` must round-trip
         return 0
     table = Table(title=args.spec)
     for col in ("level", "problem", "size profiles"):
@@ -93,10 +93,12 @@ def _cmd_eval(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kzcore.evaluate.runner import evaluate
+    from kzcore.plugins import require_language
     from kzcore.problems import load_problems, load_solutions
     from kzcore.report import print_report
 
     console = Console(stderr=True)
+    require_language(args.language)
     problems = load_problems(args.problems)
     candidates = load_solutions(args.solutions, problems, args.language)
     covered = {(c.level, c.problem) for c in candidates}

@@ -41,7 +41,8 @@ def kz_register_executors(register: Callable[[str, Callable[..., Any]], None]) -
     """Register executors: places where candidates run.
 
     :param register: call ``register(name, factory)``; ``factory(workers=int|None, config=EvalConfig,
-        plugins=list[str])`` returns an object with ``map(jobs) -> Iterator[EvalResult]`` and ``close()``.
+        plugins=list[str])`` returns an object with ``map(jobs) -> Iterator[EvalResult]`` and ``close()``,
+        and optionally ``start()`` (called once before the results file's run header is written).
 
     The core registers ``local`` (a pool of spawned worker processes); cluster executors come as plugins.
     """

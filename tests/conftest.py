@@ -3,14 +3,11 @@ plugin manager holding only the core defaults; use the `plugins` fixture to regi
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # this process never touches a GPU in CPU tests
-
-from kzcore.plugins import new_plugin_manager, set_plugin_manager  # noqa: E402
+from kzcore.plugins import new_plugin_manager, set_plugin_manager
 
 ROOT = Path(__file__).resolve().parent.parent
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"

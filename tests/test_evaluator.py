@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kz_triton.static import check_source
 
+from kz_triton.static import check_source
 from kzcore.builtins.timing import CPU_NOTE
 from kzcore.evaluate.runner import evaluate
 from kzcore.executors.local import LocalPool
@@ -29,7 +29,17 @@ ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
 
 # device="cpu" pins the Triton interpreter and the "small" size profile even on a machine with a GPU.
 CONFIG = EvalConfig(device="cpu", trials=2, timeout_s=60)
-PIPELINE_STAGES = {"static", "compile", "load_problem", "construct", "inputs", "candidate", "reference", "check", "timing"}
+PIPELINE_STAGES = {
+    "static",
+    "compile",
+    "load_problem",
+    "construct",
+    "inputs",
+    "candidate",
+    "reference",
+    "check",
+    "timing",
+}
 
 
 def adversarial(kind: str) -> str:
@@ -65,7 +75,12 @@ def run_one(
     origin: str = "",
 ) -> EvalResult:
     cand = Candidate(
-        problem=problem.name, language="triton", level=problem.level, source=source, completion=completion, origin=origin
+        problem=problem.name,
+        language="triton",
+        level=problem.level,
+        source=source,
+        completion=completion,
+        origin=origin,
     )
     results = list(pool.map([EvalJob(problem, cand, config)]))
     assert len(results) == 1
@@ -133,8 +148,8 @@ def test_half_written_empty_output_is_incorrect(pool, suite):
     problems, _ = suite
     result = run_one(pool, problems["1_ReLU"], source=adversarial("half_output"))
     assert result.status is Status.INCORRECT, result.message
-    assert result.message.startswith("trial 0: output")
-    assert result.launches == 1
+    assert re.match(r"trial \d: output", result.message), result.message
+    assert result.launches >= 1
 
 
 def test_kernel_storing_into_its_input_is_hack_suspected(pool, suite):
@@ -234,7 +249,7 @@ def test_worker_crash_is_a_runtime_error_and_the_pool_keeps_going(pool, suite):
 
     result = run_one(pool, problems["1_ReLU"], source=adversarial("crash_segv"))
     assert result.status is Status.RUNTIME_ERROR, result.message
-    assert "crash" in result.message and "SIGSEGV" in result.message
+    assert "crash" in result.message
     assert pool.replaced == replaced_before + 1
     assert worker_pid(pool) != pid_before
 
@@ -299,7 +314,8 @@ def test_wrong_output_shape_is_incorrect(pool, suite):
 
 
 # ------------------------------------------------------------------------------------------------------
-# Holes found while writing these tests (see the report): each cheat below is currently judged `correct`.
+# Bugs found while writing these tests (see the report). The first two cheats are judged `correct` every
+# time; the last two tests catch races and allocator luck, so they fail most runs, not every run.
 # ------------------------------------------------------------------------------------------------------
 
 
@@ -320,6 +336,27 @@ def test_candidate_switching_off_the_guard_is_not_correct(suite):
     assert result.status is not Status.CORRECT, result.message
 
 
+def test_half_written_output_never_passes_a_trial_on_stale_memory(pool, suite):
+    """On CPU nothing poisons freed memory, so the unwritten half of a `torch.empty` output can hold the
+    previous job's reference output for the same seed, and a one-trial evaluation passes (about 1 in 10)."""
+    problems, _ = suite
+    one_trial = EvalConfig(device="cpu", trials=1, timeout_s=60)
+    cand = Candidate(problem="1_ReLU", language="triton", level=1, source=adversarial("half_output"))
+    results = list(pool.map([EvalJob(problems["1_ReLU"], cand, one_trial) for _ in range(30)]))
+    assert len(results) == 30
+    passed = [i for i, r in enumerate(results) if r.status is not Status.INCORRECT]
+    assert passed == [], f"evaluations {passed} of 30 judged a half-written output {results[passed[0]].status}"
+
+
+def test_crash_message_names_the_signal(pool, suite):
+    """A dead worker's pipe and sentinel can be ready before the process is reapable; the pool then
+    describes it before its exit status exists ("did not exit") instead of "was killed by SIGSEGV"."""
+    problems, _ = suite
+    source = adversarial("crash_segv")
+    messages = [run_one(pool, problems["1_ReLU"], source=source).message for _ in range(6)]
+    assert all("killed by SIGSEGV" in m for m in messages), messages
+
+
 # ------------------------------------------------------------------------------------------------------
 # 3. results file: streaming, run header, resume
 # ------------------------------------------------------------------------------------------------------
@@ -337,8 +374,14 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
 
     starts, filed = [], []
     first = evaluate(
-        problems, [cand(0, good), cand(1, zeros)], CONFIG, out, workers=1, pm=pm,
-        on_start=lambda done, todo: starts.append((done, todo)), on_result=filed.append,
+        problems,
+        [cand(0, good), cand(1, zeros)],
+        CONFIG,
+        out,
+        workers=1,
+        pm=pm,
+        on_start=lambda done, todo: starts.append((done, todo)),
+        on_result=filed.append,
     )
     assert starts == [(0, 2)]
     assert {r.sample: r.status for r in first} == {0: Status.CORRECT, 1: Status.INCORRECT}
@@ -363,7 +406,12 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
     before = out.read_bytes()
     starts.clear()
     again = evaluate(
-        problems, [cand(0, zeros), cand(1, good)], CONFIG, out, workers=1, pm=pm,
+        problems,
+        [cand(0, zeros), cand(1, good)],
+        CONFIG,
+        out,
+        workers=1,
+        pm=pm,
         on_start=lambda done, todo: starts.append((done, todo)),
     )
     assert starts == [(2, 0)]
@@ -373,7 +421,12 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
     # One new candidate among the old ones: only it runs, under a new run header.
     starts.clear()
     third = evaluate(
-        problems, [cand(0, good), cand(1, zeros), cand(2, adversarial("no_launch"))], CONFIG, out, workers=1, pm=pm,
+        problems,
+        [cand(0, good), cand(1, zeros), cand(2, adversarial("no_launch"))],
+        CONFIG,
+        out,
+        workers=1,
+        pm=pm,
         on_start=lambda done, todo: starts.append((done, todo)),
     )
     assert starts == [(2, 1)]

@@ -1,5 +1,7 @@
 """Runtime guard: records every PyTorch operator a candidate's forward dispatches outside its own kernel
-launches. Allocation, views, copies and shape queries are allowed; anything that computes is not.
+launches (allocation, views, copies and shape queries are allowed; anything that computes is not), and
+fills every uninitialised allocation the forward makes with NaN (integers: their maximum), so an output
+left partly unwritten never shows stale memory that happens to hold the right answer.
 
 Language plugins call `suspended()` around their kernel launches (the Triton interpreter itself runs
 torch ops on the host; those are the kernel's, not the forward's)."""
@@ -20,6 +22,8 @@ ALLOWED_OPS = frozenset(
     """.split()
 )
 
+UNINITIALISED = frozenset("empty empty_like empty_strided empty_permuted new_empty new_empty_strided".split())
+
 _depth = 0  # >0 while a candidate kernel launch is in progress
 
 
@@ -38,22 +42,42 @@ def suspended():
 
 
 def _mode_class():
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class ComputeOpRecorder(TorchDispatchMode):
-        def __init__(self):
+        def __init__(self, record: bool):
             super().__init__()
+            self.record = record
             self.forbidden: list[str] = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
-            if _depth == 0 and name not in ALLOWED_OPS and name not in self.forbidden:
+            if self.record and _depth == 0 and name not in ALLOWED_OPS and name not in self.forbidden:
                 self.forbidden.append(name)
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if name in UNINITIALISED and isinstance(out, torch.Tensor):
+                poison(out)
+            return out
 
     return ComputeOpRecorder
 
 
-def recorder():
-    """A fresh dispatch mode; use as a context manager, then read ``.forbidden`` (aten op names)."""
-    return _mode_class()()
+def poison(t) -> None:
+    import torch
+
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(torch.iinfo(t.dtype).max)
+
+
+def recorder(record: bool = True):
+    """A fresh dispatch mode for one candidate forward; use as a context manager, then read ``.forbidden``
+    (aten op names; only collected when ``record``). Also resets the launch-depth counter, which candidate
+    code runs beside and could have tampered with."""
+    global _depth
+    _depth = 0
+    return _mode_class()(record)

@@ -218,7 +218,7 @@ class Evaluation:
                 if self.device == "cuda":
                     memory.poison_free_cache()
             with self.clock("candidate"):
-                recorder = guard.recorder() if guarded else contextlib.nullcontext()
+                recorder = guard.recorder(record=guarded)
                 try:
                     with recorder:
                         actual = as_list(self.forward(self.language, candidate, cand_inputs))
@@ -230,7 +230,7 @@ class Evaluation:
                     raise Verdict(
                         Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)
                     ) from None
-            if guarded and recorder.forbidden:
+            if recorder.forbidden:
                 ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
                 raise Verdict(
                     Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}"

@@ -11,6 +11,18 @@ from kzcore.results import ResultsWriter, read_results, run_header
 from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem
 
 
+def same_settings(result: EvalResult, config: EvalConfig) -> bool:
+    """Whether an earlier result was produced under the verdict-relevant settings of ``config`` (a re-run
+    with other tolerances, trials, seed or TF32 evaluates again; its lines supersede the old ones)."""
+    return (result.trials, result.atol, result.rtol, result.seed, result.tf32) == (
+        config.trials,
+        config.atol,
+        config.rtol,
+        config.seed,
+        config.tf32,
+    )
+
+
 def plan_jobs(
     problems: list[Problem], candidates: list[Candidate], config: EvalConfig, done: set[str]
 ) -> list[EvalJob]:
@@ -41,7 +53,7 @@ def evaluate(
     for language in sorted({c.language for c in candidates}):
         require_language(language, pm)
     wanted = {c.key for c in candidates}
-    previous = [r for r in read_results(out) if r.key in wanted]
+    previous = [r for r in read_results(out) if r.key in wanted and same_settings(r, config)]
     jobs = plan_jobs(problems, candidates, config, {r.key for r in previous})
     if on_start:
         on_start(len(previous), len(jobs))
@@ -52,7 +64,8 @@ def evaluate(
     pool = executors(pm).get(executor)(workers=workers, config=config, plugins=specs)
     writer = ResultsWriter(out)
     try:
-        pool.start()
+        if hasattr(pool, "start"):  # optional in the executor protocol: warm up before the header is written
+            pool.start()
         writer.write_header(run_header(config, dict(getattr(pool, "info", {})), specs))
         for result in pool.map(jobs):
             writer.write(result)

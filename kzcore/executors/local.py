@@ -104,9 +104,8 @@ class LocalPool:
 
     # -- worker lifecycle -------------------------------------------------------------------------
     def _env(self, slot) -> dict:
-        env = {"PYTHONUNBUFFERED": "1"}
-        if self.device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
+        # explicit both ways: a TRITON_INTERPRET=1 left in the parent's environment must not reach GPU workers
+        env = {"PYTHONUNBUFFERED": "1", "TRITON_INTERPRET": "1" if self.device == "cpu" else "0"}
         if slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = slot
         return env
@@ -227,6 +226,7 @@ class LocalPool:
                 return result
         if w.proc.sentinel in ready or not w.proc.is_alive():
             w.job = None
+            w.proc.join(timeout=5)  # the pipe can close before the process is reaped: wait for its exit code
             how = _exit_description(w.proc)
             self._replace(w)
             return _failure(job, Status.RUNTIME_ERROR, f"the worker process {how} while running this candidate (crash)")

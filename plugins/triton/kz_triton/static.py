@@ -26,6 +26,12 @@ METHOD_COMPUTE = frozenset(
     sum tanh topk tril triu var where conv1d conv2d conv3d linear layer_norm batch_norm""".split()
 )
 TORCH_NAMES = ("torch", "F", "nn", "functional")
+# Modules a kernel module has no business importing: other threads/processes escape the timer and the
+# runtime guard; the harness's own modules and ctypes/gc let a candidate tamper with the evaluator.
+FORBIDDEN_IMPORTS = frozenset(
+    "threading _thread concurrent multiprocessing subprocess ctypes gc kzcore kz_triton".split()
+)
+FORBIDDEN_ATTRS = ("sys.modules", "torch._C", "_python_dispatch", "torch.ops")
 
 
 def _dotted(node: ast.AST) -> str:
@@ -88,12 +94,12 @@ class _Module:
             seen.add(id(fn))
             path.append(fn)
             for node in ast.walk(fn):
-                if isinstance(node, ast.Call):
-                    name = _dotted(node.func)
-                    if name in self.functions and name not in self.kernels:
-                        stack.append(self.functions[name])
-                    elif name.startswith("self.") and name[5:] in self.methods:
-                        stack.append(self.methods[name[5:]])
+                # any reference counts, not only calls: Thread(target=helper) or map(helper, ...) run it too
+                name = _dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
+                if name in self.functions and name not in self.kernels:
+                    stack.append(self.functions[name])
+                elif name.startswith("self.") and name[5:] in self.methods:
+                    stack.append(self.methods[name[5:]])
         return path
 
 
@@ -132,7 +138,7 @@ def check_source(source: str) -> list[str]:
     except SyntaxError:
         return []
     mod = _Module(tree)
-    problems = []
+    problems, internals = [], {}
     if mod.model_new is None:
         problems.append("no `class ModelNew` defined")
     elif "forward" not in mod.methods:
@@ -142,6 +148,14 @@ def check_source(source: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Try):
             problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.split(".")[0] in FORBIDDEN_IMPORTS:
+                    problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
+        elif isinstance(node, ast.Attribute) and any(bad in _dotted(node) for bad in FORBIDDEN_ATTRS):
+            internals.setdefault(node.lineno, _dotted(node))  # ast.walk meets the outermost attribute first
+    problems += [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
     seen = set()
     for fn in mod.forward_path():
         for v in _violations_in(fn, mod):
