@@ -55,6 +55,8 @@ def _cmd_suite(args) -> int:
     from kzcore.problems import load_problems
 
     problems = load_problems(args.spec)
+    if args.suite_cmd == "check":
+        return _suite_check(problems, args, console)
     if args.name:
         matches = [p for p in problems if p.name == args.name or p.key == args.name]
         if not matches:
@@ -68,6 +70,36 @@ def _cmd_suite(args) -> int:
         profiles = "full" + (", small" if "KZ_SIZES" in p.source else "")
         table.add_row(str(p.level), p.name, profiles)
     console.print(table)
+    return 0
+
+
+def _suite_check(problems, args, console) -> int:
+    from rich.table import Table
+
+    from kzcore.evaluate.problem_check import check_problems
+    from kzcore.types import EvalConfig
+
+    config = EvalConfig(device=args.device, size=args.size, timeout_s=args.timeout)
+    reports = check_problems(problems, config, workers=args.workers)
+    table = Table(title=f"problem checks: {args.spec}")
+    for col in ("problem", "runs", "deterministic", "finite", "non-degenerate", "reason"):
+        table.add_column(col)
+    mark = {True: "yes", False: "[red]no[/red]"}
+    for r in reports:
+        ran = r.ok_runs
+        table.add_row(
+            r.key,
+            mark[ran],
+            mark[r.deterministic] if ran else "—",
+            mark[r.finite] if r.deterministic else "—",
+            mark[not r.degenerate] if r.finite else "—",
+            r.reason,
+        )
+    if not console.is_terminal:
+        console = type(console)(width=200)
+    console.print(table)
+    bad = sum(not r.ok for r in reports)
+    console.print(f"{len(reports) - bad} of {len(reports)} problems pass every check")
     return 0
 
 
@@ -185,6 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("spec", help="suite name (builtin[:level]) or path")
     show.add_argument("name", nargs="?", help="a problem name: print its source")
     show.set_defaults(func=_cmd_suite)
+    check = suite_sub.add_parser(
+        "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate"
+    )
+    check.add_argument("spec", help="suite name (builtin[:level]) or path")
+    check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    check.add_argument("--size", default="auto")
+    check.add_argument("--timeout", type=float, default=120.0)
+    check.add_argument("--workers", type=int, default=None)
+    check.set_defaults(func=_cmd_suite, name=None)
 
     ev = sub.add_parser("eval", help="evaluate solutions on problems")
     ev.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")

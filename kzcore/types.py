@@ -132,6 +132,39 @@ class EvalJob:
 
 
 @attrs.frozen
+class ProblemCheckJob:
+    """Check a problem module itself (no candidate): it runs, deterministically, with finite and
+    non-degenerate outputs. Used by the Proposer's gates and ``kz suite check``."""
+
+    problem: Problem
+    config: EvalConfig
+
+
+@attrs.frozen
+class ProblemReport:
+    """The verdict on one problem module. ``ok`` means it passed every gate and filter."""
+
+    problem: str
+    level: int = 0
+    ok_runs: bool = False
+    deterministic: bool = False
+    finite: bool = False
+    degenerate: bool = True
+    reason: str = ""
+    stats: dict[str, float] = attrs.field(factory=dict)
+    seconds: float = 0.0
+    size: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.ok_runs and self.deterministic and self.finite and not self.degenerate
+
+    @property
+    def key(self) -> str:
+        return f"level{self.level}/{self.problem}"
+
+
+@attrs.frozen
 class Timing:
     """Side-by-side timing of reference and candidate in one worker. ms are medians."""
 

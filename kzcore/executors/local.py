@@ -237,7 +237,12 @@ class LocalPool:
         return None
 
 
-def _failure(job: EvalJob, status: Status, message: str) -> EvalResult:
+def _failure(job, status: Status, message: str):
+    """The result filed for a job whose worker died or hung: an EvalResult, or a failed ProblemReport."""
+    if not isinstance(job, EvalJob):
+        from kzcore.evaluate.problem_check import failed_report
+
+        return failed_report(job, f"{status.value}: {message}")
     cand, cfg = job.candidate, job.config
     return EvalResult(
         problem=cand.problem,

@@ -56,7 +56,9 @@ def worker_main(
     try:
         info = _setup_torch(device, tf32)
         from kzcore.evaluate.pipeline import evaluate_job
+        from kzcore.evaluate.problem_check import check_problem_job
         from kzcore.plugins import new_plugin_manager, set_plugin_manager
+        from kzcore.types import EvalJob
 
         pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
         set_plugin_manager(pm)
@@ -73,7 +75,10 @@ def worker_main(
             return
         if job is None:
             return
-        result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+        if isinstance(job, EvalJob):
+            result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+        else:
+            result, poisoned = check_problem_job(job, workdir, device)
         _trim_log(log)
         conn.send(("result", result, poisoned))
         if poisoned:

@@ -1,0 +1,97 @@
+"""Problem modules checked in evaluator workers: each kind of broken or degenerate problem gets the right
+verdict and reason, good ones pass, and `kz suite check` reports them."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from kzcore.cli import main
+from kzcore.evaluate.problem_check import check_problems
+from kzcore.problems import load_problems
+from kzcore.types import EvalConfig, Problem
+
+HEADER = "import torch\nfrom torch import nn\n\n"
+TAIL = "\ndef get_inputs():\n    return [torch.randn(8, 16)]\n\n\ndef get_init_inputs():\n    return []\n"
+
+
+def module(forward: str, extra_init: str = "", tail: str = TAIL) -> str:
+    body = textwrap.indent(textwrap.dedent(forward).strip(), " " * 8)
+    return (
+        HEADER
+        + "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        + (textwrap.indent(extra_init, " " * 8) + "\n" if extra_init else "")
+        + "\n    def forward(self, x):\n"
+        + body
+        + "\n\n"
+        + tail
+    )
+
+
+CASES = {
+    "good": (module("return torch.tanh(x) * 3"), None),
+    "zeros": (module("return x * 0"), "~0"),
+    "small": (module("return x * 2e-3"), "zeros output is within tolerance"),
+    "constant": (module("return x * 1e-4 + 5.0"), "constant"),
+    "input_independent": (
+        module("return self.w * 1.0", extra_init="self.w = nn.Parameter(torch.randn(8, 16))"),
+        "barely depends",
+    ),
+    "dropout": (module("return nn.functional.dropout(x, 0.5, training=True)"), "not deterministic"),
+    "nan": (module("return torch.log(x)"), "NaN or Inf"),
+    "crash": (module("raise RuntimeError('boom')"), "does not run: RuntimeError: boom"),
+    "not_tensor": (module("return 3"), "outputs must be tensors"),
+    "import_error": (
+        "import torch\nimport no_such_module_kz\n" + module("return x"),
+        "does not run: ModuleNotFoundError",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    problems = [Problem(name=name, source=src, level=1) for name, (src, _) in CASES.items()]
+    problems.append(Problem(name="hang", source=module("while True:\n    pass"), level=1))
+    return {r.problem: r for r in check_problems(problems, EvalConfig(timeout_s=10), workers=2)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_problem_verdicts(reports, name):
+    report = reports[name]
+    expected = CASES[name][1]
+    if expected is None:
+        assert report.ok, report.reason
+        assert report.stats["output mean_abs"] > 0.1
+    else:
+        assert not report.ok
+        assert expected in report.reason, report.reason
+
+
+def test_runs_deterministic_finite_flags_are_staged(reports):
+    assert not reports["crash"].ok_runs
+    assert reports["dropout"].ok_runs and not reports["dropout"].deterministic
+    assert reports["nan"].deterministic and not reports["nan"].finite
+    assert reports["zeros"].finite and reports["zeros"].degenerate
+
+
+def test_a_hanging_problem_times_out_without_stopping_the_others(reports):
+    assert not reports["hang"].ok
+    assert "timeout" in reports["hang"].reason
+    assert reports["good"].ok
+
+
+def test_builtin_suite_passes_every_check():
+    reports = check_problems(load_problems("builtin:2"), EvalConfig(), workers=2)
+    assert len(reports) >= 12
+    assert all(r.ok for r in reports), [(r.key, r.reason) for r in reports if not r.ok]
+
+
+def test_kz_suite_check_reports_failures(tmp_path, capsys):
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "1_Good.py").write_text(CASES["good"][0])
+    (tmp_path / "level1" / "2_Zero.py").write_text(CASES["zeros"][0])
+    assert main(["suite", "check", str(tmp_path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 problems pass every check" in out
+    assert "level1/2_Zero" in out and "~0" in out
