@@ -28,6 +28,14 @@ from kzcore.policy import Chat, Completion, Policy, PolicyError, SamplingParams
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 ROLES = ("system", "user", "assistant", "developer", "tool")
+# SamplingParams field, request key, type
+NUMERIC_FIELDS = (
+    ("n", "n", int),
+    ("temperature", "temperature", float),
+    ("top_p", "top_p", float),
+    ("max_new_tokens", "max_tokens", int),
+    ("seed", "seed", int),
+)
 
 
 class RequestError(Exception):
@@ -116,10 +124,13 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.OK, self._chat_completions(body))
         except RequestError as exc:
             self._send_error(exc)
+        except Exception as exc:  # a bug here must not leave the client waiting for an answer
+            traceback.print_exc(file=sys.stderr)
+            message = _one_line(f"{type(exc).__name__}: {exc}")
+            self._send_error(RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, message, "server_error"))
 
     def _chat_completions(self, body: bytes) -> dict[str, Any]:
-        request = parse_request(body)
-        chat, params, want_logprobs = request
+        chat, params, want_logprobs = parse_request(body)
         self.server.request_started()
         try:
             with self.server.policy_lock:
@@ -186,20 +197,11 @@ def parse_request(body: bytes) -> tuple[Chat, SamplingParams, bool]:
     elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise RequestError(HTTPStatus.BAD_REQUEST, "stop must be a string or a list of strings", param="stop")
     max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
-    fields = {
-        "n": ("n", int),
-        "temperature": ("temperature", float),
-        "top_p": ("top_p", float),
-        "max_new_tokens": ("max_tokens", int),
-        "seed": ("seed", int),
-    }
-    values = {"n": request.get("n"), "temperature": request.get("temperature"), "top_p": request.get("top_p")}
-    values |= {"max_new_tokens": max_tokens, "seed": request.get("seed")}
     kwargs: dict[str, Any] = {"stop": tuple(stop)}
-    for field, value in values.items():
+    for field, param, kind in NUMERIC_FIELDS:
+        value = max_tokens if field == "max_new_tokens" else request.get(param)
         if value is None:
             continue
-        param, kind = fields[field]
         if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
             raise RequestError(HTTPStatus.BAD_REQUEST, f"{param} must be a number, got {value!r}", param=param)
         kwargs[field] = kind(value)
@@ -239,7 +241,10 @@ def chat_completion_response(
         logprobs = None
         if want_logprobs and completion.logprobs is not None:
             ids = completion.token_ids or (None,) * len(completion.logprobs)
-            tokens = [{"token": "" if t is None else f"token_id:{t}", "logprob": lp} for t, lp in zip(ids, completion.logprobs)]
+            tokens = [
+                {"token": "" if t is None else f"token_id:{t}", "logprob": lp}
+                for t, lp in zip(ids, completion.logprobs)
+            ]
             logprobs = {"content": [{**t, "bytes": None, "top_logprobs": []} for t in tokens]}
         choices.append(
             {
@@ -259,7 +264,11 @@ def chat_completion_response(
     if completions and all(c.token_ids is not None for c in completions):
         usage: dict[str, int] = {"completion_tokens": sum(len(c.token_ids) for c in completions)}
         if prompt_tokens is not None:
-            usage = {"prompt_tokens": prompt_tokens, **usage, "total_tokens": prompt_tokens + usage["completion_tokens"]}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                **usage,
+                "total_tokens": prompt_tokens + usage["completion_tokens"],
+            }
         response["usage"] = usage
     return response
 
@@ -300,7 +309,7 @@ def serve(
         try:
             server = make_server(policy, host, port, model_name or policy_spec, api_key)
         except OSError as exc:
-            raise KzError(f"kz serve: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise KzError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         print(f"kz serve: listening on {server.url}", flush=True)
         try:
             server.serve_forever()
@@ -323,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
     parser.add_argument("--model-name", default=None, help="the model id clients see (default: the policy spec)")
     parser.add_argument("--plugins", default="", help="comma list of importable plugin specs to register")
+    parser.epilog = "Set KZ_SERVE_API_KEY to require Authorization: Bearer KEY on /v1/*."
     args = parser.parse_args(argv)
     try:
         extra = [s.strip() for s in args.plugins.split(",") if s.strip()]
