@@ -207,54 +207,53 @@ class Evaluation:
         return reference, candidate
 
     def correctness(self, problem_mod, reference, candidate, launches) -> None:
-        """``trials`` independent trials; the GPU lock is taken per trial so a worker waiting to time
-        never waits for more than one trial of another."""
-        language = self.job_language()
-        guarded = language.guard_torch_ops if language else True
+        guarded = self.job_language().guard_torch_ops if self.job_language() else True
+        worst_abs = worst_rel = 0.0
         for trial in range(self.config.trials):
-            with self.shared_gpu():
-                self.trial(trial, problem_mod, reference, candidate, launches, guarded)
-
-    def trial(self, trial: int, problem_mod, reference, candidate, launches, guarded: bool) -> None:
-        with self.clock("inputs"):
-            with self.device_ctx():
-                self.seed(self.config.seed * 1000 + trial + 1)
-                pristine = list(problem_mod.get_inputs())
-            cand_inputs = clone_inputs(pristine)
-            if self.device == "cuda":
-                memory.poison_free_cache()
-        with self.clock("candidate"):
-            recorder = guard.recorder(record=guarded)
-            try:
-                with recorder:
-                    actual = as_list(self.forward(self.language, candidate, cand_inputs))
-                self.sync()
-            except CompileError as exc:
-                raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
-            except Exception as exc:
-                self.poisoned = is_fatal_device_error(exc)
+            with self.clock("inputs"):
+                with self.device_ctx():
+                    self.seed(self.config.seed * 1000 + trial + 1)
+                    pristine = list(problem_mod.get_inputs())
+                cand_inputs = clone_inputs(pristine)
+                if self.device == "cuda":
+                    memory.poison_free_cache()
+            with self.clock("candidate"):
+                recorder = guard.recorder(record=guarded)
+                try:
+                    with recorder:
+                        actual = as_list(self.forward(self.language, candidate, cand_inputs))
+                    self.sync()
+                except CompileError as exc:
+                    raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
+                except Exception as exc:
+                    self.poisoned = is_fatal_device_error(exc)
+                    raise Verdict(
+                        Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)
+                    ) from None
+            if recorder.forbidden:
+                ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
                 raise Verdict(
-                    Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)
-                ) from None
-        if recorder.forbidden:
-            ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
-            raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
-        mutated = changed_inputs(pristine, cand_inputs)
-        if mutated:
-            raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
-        if trial == 0 and launches is not None and launches() == 0:
-            raise Verdict(
-                Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
-            )
-        with self.clock("reference"):
-            expected = as_list(self.forward("reference", reference, pristine))
-            self.sync()
-        with self.clock("check"):
-            check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=self.config)
-        self.fields["max_abs_err"] = max(self.fields.get("max_abs_err", 0.0), check.max_abs_err)
-        self.fields["max_rel_err"] = max(self.fields.get("max_rel_err", 0.0), check.max_rel_err)
-        if not check.ok:
-            raise Verdict(Status.INCORRECT, f"trial {trial}: {check.message}")
+                    Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}"
+                )
+            mutated = changed_inputs(pristine, cand_inputs)
+            if mutated:
+                raise Verdict(
+                    Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only"
+                )
+            if trial == 0 and launches is not None and launches() == 0:
+                raise Verdict(
+                    Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
+                )
+            with self.clock("reference"):
+                expected = as_list(self.forward("reference", reference, pristine))
+                self.sync()
+            with self.clock("check"):
+                check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=self.config)
+            worst_abs, worst_rel = max(worst_abs, check.max_abs_err), max(worst_rel, check.max_rel_err)
+            self.fields.update(max_abs_err=worst_abs, max_rel_err=worst_rel)
+            if not check.ok:
+                raise Verdict(Status.INCORRECT, f"trial {trial}: {check.message}")
+            del actual, expected, pristine, cand_inputs
 
     def timing_inputs(self, problem_mod) -> tuple[list, list]:
         with self.device_ctx():
@@ -305,8 +304,7 @@ class Evaluation:
                 problem_mod = self.load_problem()
             with self.shared_gpu():
                 reference, candidate = self.construct(problem_mod, candidate_mod)
-            self.correctness(problem_mod, reference, candidate, launches)
-            with self.shared_gpu():
+                self.correctness(problem_mod, reference, candidate, launches)
                 inputs = self.timing_inputs(problem_mod)
             with self.exclusive_gpu():
                 self.timing(reference, candidate, inputs)
