@@ -132,7 +132,12 @@ def _cmd_eval(args) -> int:
     console = Console(stderr=True)
     require_language(args.language)
     problems = load_problems(args.problems)
-    candidates = load_solutions(args.solutions, problems, args.language)
+    if args.solutions:
+        candidates = load_solutions(args.solutions, problems, args.language)
+    else:
+        completions = Path(args.completions or Path(args.out).with_suffix(".completions.jsonl"))
+        candidates = _sample(args, problems, completions, console)
+        console.print(f"completions: {completions}")
     covered = {(c.level, c.problem) for c in candidates}
     missing = [p.key for p in problems if (p.level, p.name) not in covered]
     if missing:
@@ -140,7 +145,7 @@ def _cmd_eval(args) -> int:
             f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {', '.join(missing[:10])}"
         )
     if not candidates:
-        raise KzError(f"no candidates found in {args.solutions} for {len(problems)} problem(s)")
+        raise KzError(f"no candidates found in {args.solutions or 'the policy output'} for {len(problems)} problem(s)")
     out = Path(args.out)
     progress = Progress(
         TextColumn("[bold]evaluating"),
@@ -183,6 +188,65 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _sampling_params(args):
+    from kzcore.policy import SamplingParams
+
+    return SamplingParams(
+        n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
+    )
+
+
+def _sample(args, problems, out: Path, console):
+    """Sample ``args.n`` completions per problem from ``args.policy`` into ``out``; returns the candidates."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kzcore.policy import load_policy
+    from kzcore.sampling import sample_candidates
+
+    policy = load_policy(args.policy)
+    progress = Progress(
+        TextColumn(f"[bold]sampling {args.policy}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    try:
+        with progress:
+            task = progress.add_task("", total=len(problems))
+            return sample_candidates(
+                policy, problems, args.language, _sampling_params(args), out, template=args.template,
+                batch_size=args.batch_size, on_batch=lambda k: progress.update(task, advance=k),
+            )  # fmt: skip
+    finally:
+        policy.close()
+
+
+def _cmd_sample(args) -> int:
+    from rich.console import Console
+
+    from kzcore.plugins import require_language
+    from kzcore.problems import load_problems
+
+    require_language(args.language)
+    problems = load_problems(args.problems)
+    console = Console(stderr=True)
+    try:
+        candidates = _sample(args, problems, Path(args.out), console)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: completions so far are in {args.out}; run the same command again to resume")
+        return EXIT_INTERRUPTED
+    Console().print(f"{len(candidates)} completions for {len(problems)} problems in {args.out}")
+    return 0
+
+
+def _cmd_serve(args) -> int:
+    from kzcore.serve import serve
+
+    serve(args.policy, args.host, args.port)
+    return 0
+
+
 def _cmd_report(args) -> int:
     from rich.console import Console
 
@@ -200,6 +264,19 @@ def _cmd_report(args) -> int:
     png = speedup_histogram(results, Path(args.plot) if args.plot else path.with_suffix(".speedups.png"))
     console.print(f"speedup histogram: {png}" if png else "no speedup histogram: no correct result was timed")
     return 0
+
+
+DEFAULT_POLICY = "smollm2"
+
+
+def _add_policy_args(parser, policy_help: str) -> None:
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help=f"{policy_help} (default: {DEFAULT_POLICY})")
+    parser.add_argument("-n", type=int, default=1, help="samples per problem")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--template", default="kernelbench", help="prompt template: kernelbench | principles")
+    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate solutions on problems")
     ev.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
-    ev.add_argument("--solutions", required=True, help="a directory, a .jsonl, or a suite name (its own solutions)")
+    ev.add_argument("--solutions", default=None, help="a directory, a .jsonl, or a suite name (its own solutions)")
+    ev.add_argument("--completions", default=None, help="with --policy: where completions go (default: next to --out)")
     ev.add_argument("--language", default="triton")
     ev.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
     ev.add_argument("--executor", default="local")
@@ -250,7 +328,22 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU)")
     ev.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
     ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    _add_policy_args(ev, "without --solutions: sample candidates from this policy first")
     ev.set_defaults(func=_cmd_eval)
+
+    sa = sub.add_parser("sample", help="sample candidate solutions from a policy into a completions JSONL")
+    sa.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
+    sa.add_argument("--language", default="triton")
+    sa.add_argument("--out", default="runs/completions.jsonl", help="completions JSONL (appended; resumes)")
+    sa.add_argument("--seed", type=int, default=0)
+    _add_policy_args(sa, "the policy backend, NAME[:ARG]")
+    sa.set_defaults(func=_cmd_sample)
+
+    se = sub.add_parser("serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint")
+    se.add_argument("--policy", default=DEFAULT_POLICY, help="NAME[:ARG] (default: the embedded smollm2)")
+    se.add_argument("--host", default="127.0.0.1")
+    se.add_argument("--port", type=int, default=8000)
+    se.set_defaults(func=_cmd_serve)
 
     rep = sub.add_parser("report", help="score table and speedup histogram of a results file")
     rep.add_argument("results")

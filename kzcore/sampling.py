@@ -1,0 +1,77 @@
+"""Asking a policy for candidate solutions: prompts through the prompt hooks, completions streamed to a
+JSONL file (one row per sample, the same rows `--solutions FILE.jsonl` reads back), resumable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from kzcore.policy import Policy, SamplingParams
+from kzcore.prompts import build_prompt
+from kzcore.types import Candidate, Problem
+
+
+def prompt_sha(messages: list[dict[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_completions(path: Path) -> list[dict]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from an interrupted run
+            if isinstance(row, dict) and "completion" in row:
+                rows.append(row)
+    return rows
+
+
+def sample_candidates(
+    policy: Policy,
+    problems: list[Problem],
+    language: str,
+    params: SamplingParams,
+    out: Path,
+    template: str = "kernelbench",
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+    pm=None,
+) -> list[Candidate]:
+    """``params.n`` candidates per problem. Problems whose samples are already in ``out`` are not asked
+    again; new rows are appended and flushed after each batch of ``batch_size`` prompts."""
+    done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
+    todo = [p for p in problems if (p.level, p.name) not in done]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as f:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            prompts = [build_prompt(p, language, template, pm=pm) for p in batch]
+            for problem, chat, completions in zip(batch, prompts, policy.generate(prompts, params)):
+                for c in completions:
+                    row = {
+                        "problem": problem.name, "level": problem.level, "language": language,
+                        "sample": c.sample_index, "completion": c.text, "finish_reason": c.finish_reason,
+                        "policy": getattr(policy, "name", type(policy).__name__), "template": template,
+                        "prompt_sha": prompt_sha(chat),
+                    }  # fmt: skip
+                    f.write(json.dumps(row) + "\n")
+            f.flush()
+            if on_batch:
+                on_batch(len(batch))
+    keep = {(p.level, p.name) for p in problems}
+    return [
+        Candidate(
+            problem=r["problem"],
+            language=language,
+            level=r["level"],
+            sample=r["sample"],
+            completion=r["completion"],
+            origin=f"{out}",
+        )  # fmt: skip
+        for r in read_completions(out)
+        if r.get("language") == language and (r["level"], r["problem"]) in keep
+    ]

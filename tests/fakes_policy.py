@@ -1,0 +1,33 @@
+"""A scripted policy plugin for tests: answers the built-in ReLU problem with its reference solution in a
+fenced block (after some reasoning text) and every other problem with prose; counts its calls."""
+
+from pathlib import Path
+
+from kzcore import hookimpl
+from kzcore.policy import Completion
+
+SOLUTION = (
+    Path(__file__).resolve().parent.parent / "kzcore/suites/builtin/solutions/triton/level1/1_ReLU.py"
+).read_text()
+CALLS = []
+
+
+class ScriptedPolicy:
+    name = "scripted"
+
+    def generate(self, prompts, params):
+        CALLS.append(len(prompts))
+        out = []
+        for i, chat in enumerate(prompts):
+            user = chat[-1]["content"]
+            text = f"<think>use a kernel</think>\n```python\n{SOLUTION}```" if "torch.relu" in user else "I cannot."
+            out.append([Completion(text=text, prompt_index=i, sample_index=s) for s in range(params.n)])
+        return out
+
+    def close(self):
+        pass
+
+
+@hookimpl
+def kz_register_policies(register):
+    register("scripted", lambda arg: ScriptedPolicy())

@@ -1,0 +1,83 @@
+"""`kz sample` and `kz eval --policy`: prompts go through the prompt hooks to a policy, completions stream
+to JSONL and resume, and the evaluator scores them with the pass@k table."""
+
+from __future__ import annotations
+
+import json
+
+from kzcore.cli import main
+from kzcore.policy import SamplingParams
+from kzcore.problems import load_problems
+from kzcore.sampling import read_completions, sample_candidates
+from tests import fakes_policy
+
+
+def test_sample_candidates_streams_and_resumes(plugins, tmp_path):
+    pm = plugins("kz_triton", "tests.fakes_policy")
+    problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "2_GELU", "3_Sigmoid")]
+    out = tmp_path / "c.jsonl"
+    fakes_policy.CALLS.clear()
+    cands = sample_candidates(
+        fakes_policy.ScriptedPolicy(), problems, "triton", SamplingParams(n=2), out, batch_size=2, pm=pm
+    )
+    assert fakes_policy.CALLS == [2, 1]  # two batches
+    assert len(cands) == 6 and {c.sample for c in cands} == {0, 1}
+    rows = read_completions(out)
+    assert {r["problem"] for r in rows} == {"1_ReLU", "2_GELU", "3_Sigmoid"}
+    assert all(r["prompt_sha"] and r["language"] == "triton" for r in rows)
+    again = sample_candidates(fakes_policy.ScriptedPolicy(), problems, "triton", SamplingParams(n=2), out, pm=pm)
+    assert fakes_policy.CALLS == [2, 1], "a resumed run must not ask the policy again"
+    assert len(again) == 6
+
+
+def test_prompt_carries_problem_source_and_language_rules(plugins):
+    from kzcore.prompts import build_prompt
+
+    pm = plugins("kz_triton")
+    problem = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+    chat = build_prompt(problem, "triton", "principles", pm=pm)
+    user = chat[-1]["content"]
+    assert "torch.relu" in user and "Triton rules" in user and "Tiling" in user
+    assert chat[0]["role"] == "system"
+
+
+def test_kz_eval_with_policy_samples_then_scores(plugins, tmp_path, capsys):
+    plugins("kz_triton", "tests.fakes_policy")
+    problems_dir = tmp_path / "level1"
+    problems_dir.mkdir()
+    for p in load_problems("builtin:1"):
+        if p.name in ("1_ReLU", "3_Sigmoid"):
+            (problems_dir / f"{p.name}.py").write_text(p.source)
+    out = tmp_path / "r.jsonl"
+    code = main(
+        [
+            "eval",
+            "--problems",
+            str(problems_dir),
+            "--policy",
+            "scripted",
+            "-n",
+            "2",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--trials",
+            "2",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "50.0%" in text  # pass@1: ReLU solved, Sigmoid answered with prose
+    results = [json.loads(x) for x in out.read_text().splitlines() if '"result"' in x]
+    by_problem = {(r["problem"], r["sample"]): r["status"] for r in results}
+    assert by_problem[("1_ReLU", 0)] == "correct" and by_problem[("3_Sigmoid", 1)] == "format_error"
+    assert (tmp_path / "r.completions.jsonl").exists()
+
+
+def test_kz_sample_unknown_policy_is_one_line_error(plugins, tmp_path, capsys):
+    plugins("kz_triton")
+    code = main(["sample", "--problems", "builtin:1", "--policy", "nope", "--out", str(tmp_path / "c.jsonl")])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kz: error: no policy named 'nope'") and "\n" not in err
