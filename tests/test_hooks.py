@@ -103,7 +103,8 @@ def test_kz_register_executors(plugins, relu, tmp_path):
 
 
 def test_kz_register_policies(plugins):
-    # No core code selects a policy yet (the trainer is not built); the registry is what it will use.
+    from kzcore.policy import load_policy
+
     pm = plugins()
     with pytest.raises(KzError, match="no policy named 'echo'; installed: none"):
         policies(pm).get("echo")
@@ -113,6 +114,8 @@ def test_kz_register_policies(plugins):
     assert isinstance(policy, fakes_hooks.EchoPolicy)
     assert policy.complete(["hi"]) == ["echo(model-x): hi"]
     assert registry.owners["echo"] == f"{FAKES}:FAKE_POLICIES"
+    via_spec = load_policy("echo:model-y", pm=pm)  # the path --policy NAME:ARG takes
+    assert via_spec.complete(["x"]) == ["echo(model-y): x"]
 
 
 def test_kz_register_suites(plugins, relu, tmp_path, monkeypatch):
@@ -259,26 +262,32 @@ def test_kz_format_prompt(plugins, relu):
 # ----------------------------------------------------------------------------------------------------
 # lifecycle
 # ----------------------------------------------------------------------------------------------------
-# The alternating trainer that fires kz_phase_start / kz_phase_end is not built yet: these tests call the
-# hooks the way it will and check that a plugin receives them.
+# kz_phase_start / kz_phase_end are fired by kzcore.train.schedule.run_schedule at every phase boundary.
 
 
-def test_kz_phase_start(plugins):
+def test_kz_phase_start(plugins, tmp_path):
+    from kzcore.train.schedule import Schedule, run_schedule
+
     recorder = fakes_hooks.PHASE_RECORDER
     recorder.events.clear()
     pm = plugins(f"{FAKES}:PHASE_RECORDER")
-    phase = Phase(role="coder", round=2, steps=50)
-    pm.hook.kz_phase_start(phase=phase)
-    assert recorder.events == [("start", phase)]
+    schedule = Schedule(rounds=2, proposer_steps=0, coder_steps=50, cold_start=False)
+    run_schedule(schedule, {"coder": lambda ph, d: {}}, tmp_path, pm=pm, log=lambda s: None)
+    starts = [e[1] for e in recorder.events if e[0] == "start"]
+    assert starts == [Phase(role="coder", round=1, steps=50), Phase(role="coder", round=2, steps=50)]
 
 
-def test_kz_phase_end(plugins):
+def test_kz_phase_end(plugins, tmp_path):
+    from kzcore.train.schedule import Schedule, run_schedule
+
     recorder = fakes_hooks.PHASE_RECORDER
     recorder.events.clear()
     pm = plugins(f"{FAKES}:PHASE_RECORDER")
-    phase = Phase(role="proposer", round=1, steps=10)
-    pm.hook.kz_phase_end(phase=phase, metrics={"reward_mean": 0.5, "seconds": 12.0})
-    assert recorder.events == [("end", phase, {"reward_mean": 0.5, "seconds": 12.0})]
+    schedule = Schedule(rounds=1, proposer_steps=10, coder_steps=0, cold_start=False)
+    run_schedule(schedule, {"proposer": lambda ph, d: {"reward_mean": 0.5}}, tmp_path, pm=pm, log=lambda s: None)
+    ((kind, phase, metrics),) = recorder.events[1:]
+    assert (kind, phase) == ("end", Phase(role="proposer", round=1, steps=10))
+    assert metrics["reward_mean"] == 0.5 and metrics["seconds"] >= 0
 
 
 def test_kz_worker_started(tmp_path, monkeypatch):

@@ -1,0 +1,87 @@
+"""The alternating schedule: cold start (distill, then SFT), then R rounds of Proposer steps and Coder
+steps. Runs phases in order, fires the lifecycle hooks, and records each finished phase in a state file at
+the phase boundary so a killed run resumes at the first unfinished phase.
+
+Neighbours: `kzcore.train.trainer` supplies the phase handlers (distill, sft, proposer, coder);
+this module knows nothing about models."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from kzcore.types import Phase
+
+STATE_FILE = "state.json"
+
+
+@attrs.frozen
+class Schedule:
+    rounds: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    proposer_steps: int = attrs.field(default=20, validator=attrs.validators.ge(0))
+    coder_steps: int = attrs.field(default=20, validator=attrs.validators.ge(0))
+    cold_start: bool = True
+    freeze_proposer_after: int | None = None  # rounds after which Proposer steps stop (the paper's ablation)
+
+    def phases(self) -> list[Phase]:
+        out = []
+        if self.cold_start:
+            out += [Phase("distill", 0, 0), Phase("sft", 0, 0)]
+        for r in range(1, self.rounds + 1):
+            frozen = self.freeze_proposer_after is not None and r > self.freeze_proposer_after
+            if self.proposer_steps and not frozen:
+                out.append(Phase("proposer", r, self.proposer_steps))
+            if self.coder_steps:
+                out.append(Phase("coder", r, self.coder_steps))
+        return out
+
+
+def phase_id(phase: Phase) -> str:
+    return f"{phase.round:02d}-{phase.role}"
+
+
+def read_state(run_dir: Path) -> dict:
+    path = run_dir / STATE_FILE
+    if not path.exists():
+        return {"done": [], "metrics": {}}
+    return json.loads(path.read_text())
+
+
+def _write_state(run_dir: Path, state: dict) -> None:
+    tmp = run_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, run_dir / STATE_FILE)  # atomic: a kill leaves the old state or the new, never half
+
+
+Handler = Callable[[Phase, Path], dict[str, float]]
+
+
+def run_schedule(schedule: Schedule, handlers: dict[str, Handler], run_dir: Path, pm=None, log=print) -> dict:
+    """Run every unfinished phase: ``handlers[role](phase, phase_dir) -> metrics``. Returns the state."""
+    from kzcore.plugins import get_plugin_manager
+
+    pm = pm or get_plugin_manager()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = read_state(run_dir)
+    for phase in schedule.phases():
+        pid = phase_id(phase)
+        if pid in state["done"]:
+            log(f"phase {pid}: done in an earlier run, skipped")
+            continue
+        phase_dir = run_dir / "phases" / pid
+        phase_dir.mkdir(parents=True, exist_ok=True)
+        pm.hook.kz_phase_start(phase=phase)
+        t0 = time.perf_counter()
+        metrics = dict(handlers[phase.role](phase, phase_dir))
+        metrics["seconds"] = round(time.perf_counter() - t0, 3)
+        pm.hook.kz_phase_end(phase=phase, metrics=metrics)
+        state["done"].append(pid)
+        state["metrics"][pid] = metrics
+        _write_state(run_dir, state)
+        log(f"phase {pid}: {metrics}")
+    return state
