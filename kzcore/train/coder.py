@@ -1,0 +1,167 @@
+"""The Coder phase: GRPO (TRL's GRPOTrainer) on kernel tasks, with CA-GRPO rewards computed from the
+evaluator's verdicts. The reward function evaluates each process's completions through an executor,
+gathers the verdicts of every process and pays per complete group (kzcore.train.ca_grpo)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import statistics
+import time
+from pathlib import Path
+
+import attrs
+
+from kzcore.errors import KzError
+from kzcore.prompts import build_prompt
+from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, distributed_ca_grpo_rewards
+from kzcore.types import Candidate, EvalJob, Problem
+
+
+@attrs.frozen
+class GRPOSettings:
+    max_steps: int = 20
+    num_generations: int = 5
+    batch_size: int = 5  # completions per device per step; a multiple of num_generations on one process
+    max_completion_length: int = 1024
+    learning_rate: float = 1e-6
+    temperature: float = 1.0
+    top_p: float = 1.0
+    beta: float = 0.0
+    seed: int = 0
+    use_cpu: bool = False
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    report_to: tuple[str, ...] = ()
+    logging_steps: int = 1
+    gradient_checkpointing: bool = False
+
+
+def completion_text(completion) -> str:
+    """TRL hands conversational completions as message lists, plain ones as strings."""
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") for m in completion)
+    return str(completion)
+
+
+class CoderReward:
+    """A TRL reward function: completions → evaluator verdicts → CA-GRPO rewards. Appends one JSON line of
+    statistics per call to ``log_path``."""
+
+    def __init__(
+        self, problems: list[Problem], language: str, pool, eval_config, ca_config: CAGRPOConfig, log_path: Path
+    ):
+        self.__name__ = "ca_grpo"
+        self.by_key = {(p.level, p.name): p for p in problems}
+        self.language, self.pool, self.eval_config, self.ca_config = language, pool, eval_config, ca_config
+        self.log_path = log_path
+        self.calls = 0
+
+    def __call__(self, prompts, completions, problem, level, trainer_state=None, log_metric=None, **kwargs):
+        t0 = time.perf_counter()
+        jobs = []
+        for i, (name, lvl, completion) in enumerate(zip(problem, level, completions)):
+            cand = Candidate(
+                problem=name, language=self.language, level=lvl, sample=i, completion=completion_text(completion)
+            )
+            jobs.append(EvalJob(problem=self.by_key[(lvl, name)], candidate=cand, config=self.eval_config))
+        by_sample = {r.sample: r for r in self.pool.map(jobs)}
+        results = [by_sample[i] for i in range(len(jobs))]
+        # groups are the completions of one prompt in this generation batch; every process counts calls alike
+        verdicts = [Verdict(f"{self.calls}:{r.level}/{r.problem}", r.status, r.speedup) for r in results]
+        rewards = distributed_ca_grpo_rewards(verdicts, self.ca_config)
+        eval_s = time.perf_counter() - t0
+        self._log(results, rewards, eval_s, trainer_state, log_metric)
+        self.calls += 1
+        return rewards
+
+    def _log(self, results, rewards, eval_s, trainer_state, log_metric) -> None:
+        groups = collections.defaultdict(list)
+        for r in results:
+            groups[(r.level, r.problem)].append(r.correct)
+        speedups = [r.speedup for r in results if r.correct and r.speedup]
+        row = {
+            "call": self.calls,
+            "step": getattr(trainer_state, "global_step", None),
+            "reward_mean": statistics.fmean(rewards),
+            "reward_std": statistics.pstdev(rewards),
+            "correct_rate": sum(r.correct for r in results) / len(results),
+            "group_correct_rates": [sum(g) / len(g) for g in groups.values()],
+            "statuses": dict(collections.Counter(r.status.value for r in results)),
+            "speedup_geomean": statistics.geometric_mean(speedups) if speedups else None,
+            "eval_seconds": round(eval_s, 3),
+        }
+        with self.log_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if log_metric is not None:
+            log_metric("kz/correct_rate", row["correct_rate"])
+            log_metric("kz/eval_seconds", row["eval_seconds"])
+
+
+def task_dataset(problems: list[Problem], language: str, template: str, pm=None):
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": build_prompt(p, language, template, pm=pm), "problem": p.name, "level": p.level} for p in problems]
+    )
+
+
+def grpo_config(settings: GRPOSettings, output_dir: Path):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.max_steps,
+        num_generations=settings.num_generations,
+        per_device_train_batch_size=settings.batch_size,
+        max_completion_length=settings.max_completion_length,
+        learning_rate=settings.learning_rate,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        beta=settings.beta,
+        seed=settings.seed,
+        use_cpu=settings.use_cpu,
+        use_vllm=settings.use_vllm,
+        vllm_mode=settings.vllm_mode,
+        report_to=list(settings.report_to) or "none",
+        logging_steps=settings.logging_steps,
+        save_strategy="no",
+        gradient_checkpointing=settings.gradient_checkpointing,
+        scale_rewards="group",
+    )
+
+
+def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, output_dir: Path) -> dict:
+    """One GRPO phase on ``dataset`` with ``reward_funcs``; saves the model to ``output_dir``."""
+    try:
+        from trl import GRPOTrainer
+    except ImportError as exc:
+        raise KzError(f"GRPO needs trl ({exc}); pip install 'kzcore[train]'") from None
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward_funcs, args=grpo_config(settings, output_dir), train_dataset=dataset
+    )
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    trainer.save_model(str(output_dir))
+    trainer.processing_class.save_pretrained(str(output_dir))
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    return {
+        "steps": trainer.state.global_step,
+        "reward_mean": statistics.fmean(h["reward"] for h in logs) if logs else float("nan"),
+        "train_seconds": round(seconds, 3),
+    }
+
+
+def run_coder_phase(
+    model: str, problems: list[Problem], language: str, output_dir: Path, settings: GRPOSettings, pool, eval_config,
+    ca_config: CAGRPOConfig = CAGRPOConfig(), template: str = "kernelbench", pm=None,
+) -> dict:  # fmt: skip
+    """GRPO the Coder at ``model`` on ``problems``; the checkpoint lands in ``output_dir``."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    reward = CoderReward(problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl")
+    metrics = run_grpo(model, task_dataset(problems, language, template, pm), [reward], settings, output_dir)
+    rows = [json.loads(x) for x in (output_dir / "rewards.jsonl").read_text().splitlines()]
+    metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0
+    metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)
+    return metrics

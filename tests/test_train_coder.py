@@ -1,0 +1,58 @@
+"""The Coder phase: the CA-GRPO reward function scores real evaluator verdicts per group, and a GRPO phase
+with TRL runs end to end on a tiny model, logging reward statistics and saving the checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kzcore.executors.local import LocalPool
+from kzcore.plugins import plugin_specs
+from kzcore.problems import load_problems
+from kzcore.train.ca_grpo import CAGRPOConfig
+from kzcore.train.coder import CoderReward, GRPOSettings, run_coder_phase
+from kzcore.types import EvalConfig
+from tests import fakes_policy
+from tests.tinymodel import build_tiny_checkpoint
+
+CFG = EvalConfig(trials=1, timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "3_Sigmoid")]
+
+
+@pytest.fixture
+def pool(plugins):
+    pm = plugins("kz_triton")
+    pool = LocalPool(workers=1, config=CFG, plugins=plugin_specs(pm)).start()
+    yield pool
+    pool.close()
+
+
+def test_reward_function_pays_per_group(pool, problems, tmp_path):
+    reward = CoderReward(problems, "triton", pool, CFG, CAGRPOConfig(tau=0.5), tmp_path / "r.jsonl")
+    good = [{"role": "assistant", "content": f"```python\n{fakes_policy.SOLUTION}```"}]
+    bad = [{"role": "assistant", "content": "no code"}]
+    rewards = reward(
+        prompts=[[]] * 4,
+        completions=[good, bad, bad, bad],
+        problem=["1_ReLU", "1_ReLU", "3_Sigmoid", "3_Sigmoid"],
+        level=[1, 1, 1, 1],
+    )
+    assert rewards == [1.0, 0.0, 0.0, 0.0]
+    (row,) = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert row["statuses"] == {"correct": 1, "format_error": 3}
+    assert sorted(row["group_correct_rates"]) == [0.0, 0.5] and row["reward_mean"] == 0.25
+
+
+def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
+    tiny = build_tiny_checkpoint(tmp_path / "tiny")
+    settings = GRPOSettings(max_steps=2, num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
+    metrics = run_coder_phase(str(tiny), problems, "triton", tmp_path / "out", settings, pool, CFG)
+    assert metrics["steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(sum(r["statuses"].values()) == 2 for r in rows)
+    assert (tmp_path / "out" / "model.safetensors").exists()
