@@ -4,6 +4,7 @@ one line on stderr and a non-zero exit; results already filed are never lost."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -247,6 +248,76 @@ def _cmd_serve(args) -> int:
     return 0
 
 
+def _cmd_distill(args) -> int:
+    from rich.console import Console
+
+    from kzcore.plugins import require_language
+    from kzcore.problems import load_problems
+    from kzcore.train.distill import distill
+
+    args.language = args.language or ["triton"]
+    for language in args.language:
+        require_language(language)
+    problems = load_problems(args.problems)
+    kind, _, arg = args.teacher.partition(":")
+    teacher = None
+    if kind != "solutions":
+        from kzcore.policy import load_policy
+
+        teacher = load_policy(args.teacher)
+    try:
+        summary = distill(
+            problems, args.language, Path(args.out), _config_from(args), teacher=teacher,
+            solutions=arg if kind == "solutions" else None, k=args.k, only_faster=args.only_faster,
+            template=args.template, workers=args.workers,
+        )  # fmt: skip
+    finally:
+        if teacher is not None:
+            teacher.close()
+    console = Console()
+    console.print(
+        f"{summary.candidates} candidates, {summary.correct} correct, {summary.kept} kept -> {summary.dataset}"
+    )
+    if summary.note:
+        console.print(f"[yellow]{summary.note}[/yellow]")
+    return 0
+
+
+def _cmd_sft(args) -> int:
+    from kzcore.train.sft import SFTSettings, run_sft
+
+    settings = SFTSettings(
+        max_steps=args.max_steps, learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+        use_cpu=args.cpu, report_to=tuple(args.report_to),
+    )  # fmt: skip
+    metrics = run_sft(args.model, Path(args.data), Path(args.out), settings)
+    print(json.dumps(metrics))
+    return 0
+
+
+def _cmd_train(args) -> int:
+    from kzcore.train.config import load_config
+    from kzcore.train.trainer import Trainer
+
+    config = load_config(Path(args.config))
+    if args.run_dir:
+        import attrs
+
+        config = attrs.evolve(config, run=attrs.evolve(config.run, dir=args.run_dir))
+    trainer = Trainer(config)
+    try:
+        state = trainer.run()
+    except KeyboardInterrupt:
+        print(f"interrupted: finished phases are recorded in {config.run.dir}; run the same command to resume")
+        return EXIT_INTERRUPTED
+    run_dir = Path(config.run.dir)
+    print(f"phases done: {', '.join(state['done'])}")
+    print(f"logs: {run_dir / 'state.json'} and {run_dir / 'phases'}/*/")
+    print(f"checkpoints: {run_dir / 'phases'}/*/model")
+    print(f"plots: {run_dir / 'curves.png'}")
+    return 0
+
+
 def _cmd_report(args) -> int:
     from rich.console import Console
 
@@ -277,6 +348,25 @@ def _add_policy_args(parser, policy_help: str) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--template", default="kernelbench", help="prompt template: kernelbench | principles")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
+
+
+def _add_eval_args(parser) -> None:
+    """Evaluator settings shared by every command that evaluates (EvalConfig's fields)."""
+    parser.add_argument(
+        "--workers-per-gpu",
+        type=int,
+        default=1,
+        help="overlap compile/correctness of N workers per GPU; timing stays exclusive",
+    )
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--atol", type=float, default=1e-2)
+    parser.add_argument("--rtol", type=float, default=1e-2)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
+    parser.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU)")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,21 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
     ev.add_argument("--executor", default="local")
     ev.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
-    ev.add_argument(
-        "--workers-per-gpu",
-        type=int,
-        default=1,
-        help="overlap compile/correctness of N workers per GPU; timing stays exclusive",
-    )
-    ev.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ev.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
-    ev.add_argument("--trials", type=int, default=5)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--atol", type=float, default=1e-2)
-    ev.add_argument("--rtol", type=float, default=1e-2)
-    ev.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
-    ev.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU)")
-    ev.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
+    _add_eval_args(ev)
     ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
     _add_policy_args(ev, "without --solutions: sample candidates from this policy first")
     ev.set_defaults(func=_cmd_eval)
@@ -338,6 +414,35 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--seed", type=int, default=0)
     _add_policy_args(sa, "the policy backend, NAME[:ARG]")
     sa.set_defaults(func=_cmd_sample)
+
+    di = sub.add_parser("distill", help="cold start: teacher kernels, verified, into an SFT dataset")
+    di.add_argument("--teacher", required=True, help="a policy spec, or solutions:SUITE for a suite's references")
+    di.add_argument("--problems", required=True)
+    di.add_argument("--language", action="append", default=None, help="repeatable (default: triton)")
+    di.add_argument("-k", type=int, default=4, help="teacher samples per problem and language")
+    di.add_argument("--only-faster", action="store_true", help="keep only kernels faster than eager (GPU)")
+    di.add_argument("--template", default="principles")
+    di.add_argument("--out", default="runs/distill")
+    di.add_argument("--workers", type=int, default=None)
+    _add_eval_args(di)
+    di.set_defaults(func=_cmd_distill)
+
+    sf = sub.add_parser("sft", help="fine-tune a checkpoint on a distilled dataset (TRL SFTTrainer)")
+    sf.add_argument("--model", required=True, help="a checkpoint directory")
+    sf.add_argument("--data", required=True, help="sft.jsonl from kz distill")
+    sf.add_argument("--out", default="runs/sft")
+    sf.add_argument("--max-steps", type=int, default=20)
+    sf.add_argument("--lr", type=float, default=2e-5)
+    sf.add_argument("--batch-size", type=int, default=2)
+    sf.add_argument("--max-length", type=int, default=4096)
+    sf.add_argument("--cpu", action="store_true")
+    sf.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
+    sf.set_defaults(func=_cmd_sft)
+
+    tr = sub.add_parser("train", help="the alternating KernelZero trainer from a TOML config")
+    tr.add_argument("--config", required=True)
+    tr.add_argument("--run-dir", default=None, help="override [run] dir")
+    tr.set_defaults(func=_cmd_train)
 
     se = sub.add_parser("serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint")
     se.add_argument("--policy", default=DEFAULT_POLICY, help="NAME[:ARG] (default: the embedded smollm2)")
