@@ -50,6 +50,7 @@ class ProblemsSection:
     coldstart: str = "builtin"  # problems the teacher solves for distillation
     tasks: str = "builtin"  # the initial Coder task pool (the Proposer adds to it)
     heldout: str = ""  # evaluated after every round; never used for training ("" = none)
+    heldout_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # keep only these (empty: all)
     exclude_heldout: bool = True
 
 

@@ -50,6 +50,8 @@ class Trainer:
         self.language = config.plugins.languages[0]
         self._pool = None
         heldout = load_problems(config.problems.heldout, pm=self.pm) if config.problems.heldout else []
+        if config.problems.heldout_names:
+            heldout = [p for p in heldout if p.name in config.problems.heldout_names]
         self.heldout = heldout
         held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
         self.coldstart = [
