@@ -244,7 +244,9 @@ def _cmd_sample(args) -> int:
 def _cmd_serve(args) -> int:
     from kzcore.serve import serve
 
-    serve(args.policy, args.host, args.port)
+    import os
+
+    serve(args.policy, args.host, args.port, model_name=args.model_name, api_key=os.environ.get("KZ_SERVE_API_KEY"))
     return 0
 
 
@@ -448,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--policy", default=DEFAULT_POLICY, help="NAME[:ARG] (default: the embedded smollm2)")
     se.add_argument("--host", default="127.0.0.1")
     se.add_argument("--port", type=int, default=8000)
+    se.add_argument("--model-name", default=None, help="model id clients see (default: the policy spec)")
     se.set_defaults(func=_cmd_serve)
 
     rep = sub.add_parser("report", help="score table and speedup histogram of a results file")

@@ -45,6 +45,9 @@ class RequestError(Exception):
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
 
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": int(self.status)}}
+
 
 class PolicyServer(ThreadingHTTPServer):
     """A threading HTTP server holding one policy; ``generate`` calls are serialised by ``policy_lock``
@@ -97,7 +100,7 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
     server_version = "kzcore-serve"
     timeout = 600  # an idle keep-alive connection is dropped after this many seconds
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request would drown the URL line callers read; failures are reported below
 
     def do_GET(self) -> None:
@@ -112,39 +115,38 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
             else:
                 raise RequestError(HTTPStatus.NOT_FOUND, f"no route GET {path}", "not_found_error")
         except RequestError as exc:
-            self._send_error(exc)
+            self._send_json(exc.status, exc.payload())
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
+        counted = path == "/v1/chat/completions"
+        if counted:
+            self.server.request_started()
         try:
-            body = self._read_body()
-            if path != "/v1/chat/completions":
-                raise RequestError(HTTPStatus.NOT_FOUND, f"no route POST {path}", "not_found_error")
-            self._check_api_key()
-            self._send_json(HTTPStatus.OK, self._chat_completions(body))
+            status, payload = HTTPStatus.OK, self._post(path)
         except RequestError as exc:
-            self._send_error(exc)
-        except Exception as exc:  # a bug here must not leave the client waiting for an answer
+            status, payload = exc.status, exc.payload()
+        except Exception as exc:  # a bug must not leave the client waiting for an answer; keep serving
             traceback.print_exc(file=sys.stderr)
             message = _one_line(f"{type(exc).__name__}: {exc}")
-            self._send_error(RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, message, "server_error"))
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, RequestError(500, message, "server_error").payload()
+        finally:
+            if counted:  # before the answer is written, so a client never sees more in flight than it sent
+                self.server.request_finished()
+        self._send_json(status, payload)
 
-    def _chat_completions(self, body: bytes) -> dict[str, Any]:
+    def _post(self, path: str) -> dict[str, Any]:
+        body = self._read_body()
+        if path != "/v1/chat/completions":
+            raise RequestError(HTTPStatus.NOT_FOUND, f"no route POST {path}", "not_found_error")
+        self._check_api_key()
         chat, params, want_logprobs = parse_request(body)
-        self.server.request_started()
         try:
             with self.server.policy_lock:
                 completions = self.server.policy.generate([chat], params)[0]
             prompt_tokens = _prompt_tokens(self.server.policy, chat)
         except PolicyError as exc:
             raise RequestError(HTTPStatus.BAD_REQUEST, _one_line(str(exc))) from exc
-        except Exception as exc:  # a policy bug: report it to the client and keep serving
-            traceback.print_exc(file=sys.stderr)
-            message = _one_line(f"{type(exc).__name__}: {exc}")
-            raise RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, message, "server_error") from exc
-        finally:
-            # Before the response is written, so a client never sees more requests in flight than it sent.
-            self.server.request_finished()
         return chat_completion_response(completions, self.server.model_name, want_logprobs, prompt_tokens)
 
     def _read_body(self) -> bytes:
@@ -163,10 +165,6 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
         given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), self.server.api_key.encode()):
             raise RequestError(HTTPStatus.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer KEY)")
-
-    def _send_error(self, exc: RequestError) -> None:
-        error = {"message": exc.message, "type": exc.kind, "param": exc.param, "code": int(exc.status)}
-        self._send_json(exc.status, {"error": error})
 
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()

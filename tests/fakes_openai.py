@@ -35,6 +35,7 @@ class EchoPolicy:
         self.limit = limit
         self.failures: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._generating = False
 
     @classmethod
     def from_spec(cls, spec: str) -> EchoPolicy:
@@ -44,6 +45,16 @@ class EchoPolicy:
         return sum(len(m["content"]) for m in chat)
 
     def generate(self, prompts: list[Chat], params: SamplingParams) -> list[list[Completion]]:
+        with self._lock:  # policies are not thread-safe: whoever serves one must not call it concurrently
+            if self._generating:
+                raise RuntimeError("echo: generate called while another call is running")
+            self._generating = True
+        try:
+            return self._generate(prompts, params)
+        finally:
+            self._generating = False
+
+    def _generate(self, prompts: list[Chat], params: SamplingParams) -> list[list[Completion]]:
         results = []
         for prompt_index, chat in enumerate(prompts):
             size = self.count_prompt_tokens(chat)

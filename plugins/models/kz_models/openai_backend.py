@@ -303,7 +303,7 @@ def _env_number(name: str, default, kind):
     try:
         return kind(value)
     except ValueError:
-        raise PolicyError(f"{name}={value!r} is not a {kind.__name__}") from None
+        raise PolicyError(f"{name}={value!r} is not a number") from None
 
 
 def _one_line(text: str) -> str:
