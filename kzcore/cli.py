@@ -242,9 +242,9 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from kzcore.serve import serve
-
     import os
+
+    from kzcore.serve import serve
 
     serve(args.policy, args.host, args.port, model_name=args.model_name, api_key=os.environ.get("KZ_SERVE_API_KEY"))
     return 0

@@ -98,17 +98,22 @@ def check_problems(
     config: EvalConfig | None = None,
     executor: str = "local",
     workers: int | None = None,
+    pool=None,
     pm=None,
 ) -> list[ProblemReport]:
-    """Reports for ``problems`` in their order, each produced in an evaluator worker."""
+    """Reports for ``problems`` in their order, each produced in an evaluator worker: through ``pool`` (an
+    executor already started, left open) or a new executor of kind ``executor`` (closed afterwards)."""
     from kzcore.plugins import executors, get_plugin_manager, plugin_specs
 
-    pm = pm or get_plugin_manager()
     config = config or EvalConfig(trials=1)
-    pool = executors(pm).get(executor)(workers=workers, config=config, plugins=plugin_specs(pm))
-    try:
-        jobs = [ProblemCheckJob(problem=p, config=config) for p in problems]
+    jobs = [ProblemCheckJob(problem=p, config=config) for p in problems]
+    if pool is not None:
         by_key = {r.key: r for r in pool.map(jobs)}
-    finally:
-        pool.close()
+    else:
+        pm = pm or get_plugin_manager()
+        own = executors(pm).get(executor)(workers=workers, config=config, plugins=plugin_specs(pm))
+        try:
+            by_key = {r.key: r for r in own.map(jobs)}
+        finally:
+            own.close()
     return [by_key.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back") for p in problems]

@@ -41,6 +41,7 @@ class ModelsSection:
 class PluginsSection:
     languages: tuple[str, ...] = attrs.field(default=("triton",), converter=tuple)
     executor: str = "local"
+    generation: str = "hf"  # policy backend that samples a checkpoint outside GRPO (held-out, Coder pass rates)
     workers: int | None = None
     load: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # extra importable plugin specs
 

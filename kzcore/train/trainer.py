@@ -86,6 +86,10 @@ class Trainer:
                 return str(model)
         return self.base if role == "coder" or shared else self.proposer_base
 
+    def policy_for(self, checkpoint: str | Path):
+        """A policy sampling ``checkpoint`` through the configured generation backend."""
+        return load_policy(f"{self.config.plugins.generation}:{checkpoint}", pm=self.pm)
+
     def pool_path(self) -> Path:
         return self.run_dir / "pool.jsonl"
 
@@ -151,7 +155,7 @@ class Trainer:
 
         cfg = self.config.heldout
         out = self.run_dir / "heldout" / phase_id(phase)
-        policy = load_policy(f"hf:{checkpoint}", pm=self.pm)
+        policy = self.policy_for(checkpoint)
         try:
             params = SamplingParams(
                 n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=self.config.run.seed

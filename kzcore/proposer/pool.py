@@ -1,0 +1,237 @@
+"""The task pool: one JSON line per proposed module (accepted or not) with its requested APIs, gate verdicts,
+the Coder's pass rate per round and provenance. The Proposer appends to it; the Coder phase reads the
+accepted tasks and records pass rates; the sampler weights API sets by its history; ``kz pool stats``
+summarizes it. Also loadable as a Hugging Face ``datasets.Dataset``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import attrs
+
+from kzcore.errors import KzError
+from kzcore.proposer.gates import GATE_ORDER, GateResult
+from kzcore.types import Problem
+
+POOL_SCHEMA = 1
+
+
+class PoolError(KzError):
+    """A pool file is unreadable or malformed, or an update names a task it does not hold."""
+
+
+@attrs.frozen
+class PassRate:
+    """The Coder solved ``passed`` of ``k`` samples of the task in trainer round ``round``."""
+
+    round: int
+    k: int = attrs.field(validator=attrs.validators.ge(1))
+    passed: int = attrs.field(validator=attrs.validators.ge(0))
+
+    def __attrs_post_init__(self):
+        if self.passed > self.k:
+            raise PoolError(f"pass rate: {self.passed} passed of only {self.k} samples")
+
+    @property
+    def p(self) -> float:
+        return self.passed / self.k
+
+
+@attrs.frozen
+class TaskRecord:
+    """One proposed module. ``apis``: the API set the Proposer was asked to use; ``apis_used``: the catalog
+    APIs found in its code. ``gates``: verdicts in GATE_ORDER up to the first failure. ``provenance``: policy,
+    round, time (UTC ISO 8601), prompt_hash, seed, sample."""
+
+    id: str
+    apis: tuple[str, ...] = attrs.field(converter=tuple)
+    level: int
+    code: str
+    gates: dict[str, GateResult] = attrs.field(factory=dict, hash=False)
+    pass_rates: tuple[PassRate, ...] = attrs.field(default=(), converter=tuple)
+    provenance: dict = attrs.field(factory=dict, hash=False)
+    apis_used: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    dedup_key: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"proposed_{self.id}"
+
+    @property
+    def failed_gate(self) -> str | None:
+        """The first gate that failed, or None."""
+        return next((name for name in GATE_ORDER if name in self.gates and not self.gates[name].ok), None)
+
+    @property
+    def accepted(self) -> bool:
+        """Every gate ran and passed: a task the Coder may be given."""
+        return all(name in self.gates and self.gates[name].ok for name in GATE_ORDER)
+
+    @property
+    def latest_pass_rate(self) -> float | None:
+        if not self.pass_rates:
+            return None
+        return max(self.pass_rates, key=lambda r: r.round).p
+
+    def to_problem(self) -> Problem:
+        return Problem(name=self.name, source=self.code, level=self.level, suite="proposer")
+
+    def to_json(self) -> dict:
+        return {
+            "schema": POOL_SCHEMA,
+            "id": self.id,
+            "name": self.name,
+            "apis": list(self.apis),
+            "apis_used": list(self.apis_used),
+            "level": self.level,
+            "code": self.code,
+            "gates": {name: result.to_json() for name, result in self.gates.items()},
+            "accepted": self.accepted,
+            "pass_rates": [{"round": r.round, "k": r.k, "passed": r.passed, "p": r.p} for r in self.pass_rates],
+            "provenance": dict(self.provenance),
+            "dedup_key": self.dedup_key,
+        }
+
+    @classmethod
+    def from_json(cls, row: dict) -> TaskRecord:
+        if row.get("schema", POOL_SCHEMA) != POOL_SCHEMA:
+            raise PoolError(f"task pool schema {row.get('schema')!r}; this kzcore reads schema {POOL_SCHEMA}")
+        return cls(
+            id=str(row["id"]),
+            apis=tuple(row["apis"]),
+            level=int(row["level"]),
+            code=str(row["code"]),
+            gates={name: GateResult.from_json(g) for name, g in (row.get("gates") or {}).items()},
+            pass_rates=tuple(
+                PassRate(int(r["round"]), int(r["k"]), int(r["passed"])) for r in row.get("pass_rates") or ()
+            ),
+            provenance=dict(row.get("provenance") or {}),
+            apis_used=tuple(row.get("apis_used") or ()),
+            dedup_key=str(row.get("dedup_key", "")),
+        )
+
+
+def append_records(path: str | Path, records: Iterable[TaskRecord]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for record in records:
+            f.write(json.dumps(record.to_json()) + "\n")
+        f.flush()
+
+
+def read_pool(path: str | Path) -> list[TaskRecord]:
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise PoolError(f"task pool {path}: cannot read ({exc.strerror})") from None
+    records = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(TaskRecord.from_json(json.loads(line)))
+        except PoolError as exc:
+            raise PoolError(f"{path}:{lineno}: {exc}") from None
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise PoolError(f"{path}:{lineno}: not a task record ({type(exc).__name__}: {exc})") from None
+    return records
+
+
+def write_pool(path: str | Path, records: Iterable[TaskRecord]) -> None:
+    """Replace the pool file atomically (a reader never sees half a file)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r.to_json()) + "\n" for r in records))
+    os.replace(tmp, path)
+
+
+def record_pass_rates(path: str | Path, round: int, results: Mapping[str, tuple[int, int]]) -> int:
+    """Add the Coder's round-``round`` result ``{task id: (passed, k)}`` to the pool file; returns how many
+    tasks were updated. A task already holding a result for that round gets it replaced."""
+    records = read_pool(path)
+    known = {r.id for r in records}
+    unknown = sorted(set(results) - known)
+    if unknown:
+        raise PoolError(f"{path}: no task with id {', '.join(unknown[:5])}")
+    updated = []
+    for r in records:
+        if r.id in results:
+            passed, k = results[r.id]
+            history = tuple(x for x in r.pass_rates if x.round != round) + (PassRate(round, k, passed),)
+            r = attrs.evolve(r, pass_rates=tuple(sorted(history, key=lambda x: x.round)))
+        updated.append(r)
+    write_pool(path, updated)
+    return len(results)
+
+
+def accepted_problems(records: Iterable[TaskRecord]) -> list[Problem]:
+    """The tasks that passed every gate, as problems for the Coder and the evaluator."""
+    return [r.to_problem() for r in records if r.accepted]
+
+
+@attrs.frozen
+class PoolStats:
+    total: int
+    accepted: int
+    failures: dict[str, int]  # gate → records that failed it (first failure only), in GATE_ORDER
+    reasons: dict[str, int]  # "gate: reason" → count, most common first
+    with_pass_rate: int
+    pass_rates: dict[float, int]  # latest pass rate → tasks
+
+
+def stats(records: list[TaskRecord], top_reasons: int = 10) -> PoolStats:
+    failed = Counter(r.failed_gate for r in records if r.failed_gate)
+    reasons = Counter(f"{r.failed_gate}: {r.gates[r.failed_gate].reason[:80]}" for r in records if r.failed_gate)
+    rates = Counter(r.latest_pass_rate for r in records if r.accepted and r.latest_pass_rate is not None)
+    return PoolStats(
+        total=len(records),
+        accepted=sum(r.accepted for r in records),
+        failures={name: failed[name] for name in GATE_ORDER if failed[name]},
+        reasons=dict(reasons.most_common(top_reasons)),
+        with_pass_rate=sum(rates.values()),
+        pass_rates=dict(sorted(rates.items())),
+    )
+
+
+def pass_rate_histogram(records: list[TaskRecord], path: str | Path, bins: int = 10) -> Path | None:
+    """A PNG histogram of the accepted tasks' latest pass rates; None when no task has one."""
+    rates = [r.latest_pass_rate for r in records if r.accepted and r.latest_pass_rate is not None]
+    if not rates:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(rates, bins=bins, range=(0.0, 1.0), color="#4472c4", edgecolor="white")
+    ax.axvline(0.5, color="k", lw=1, ls="--")
+    ax.set_xlabel("Coder pass rate (latest round)")
+    ax.set_ylabel("tasks")
+    ax.set_title(f"{len(rates)} tasks with a pass rate")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def to_hf_dataset(path: str | Path, cache_dir: str | Path | None = None):
+    """The pool file as a ``datasets.Dataset`` (one row per record, same fields as the JSON)."""
+    try:
+        import datasets
+    except ImportError:
+        raise PoolError("to_hf_dataset needs the Hugging Face 'datasets' package: pip install datasets") from None
+    path = Path(path)
+    if not path.is_file():
+        raise PoolError(f"task pool {path}: no such file")
+    return datasets.load_dataset(
+        "json", data_files=str(path), split="train", cache_dir=str(cache_dir) if cache_dir else None
+    )

@@ -1,0 +1,90 @@
+"""The Proposer's prompt: chat messages asking for a KernelBench-format module that uses exactly a given API
+set, with realistic GPU sizes and a small CPU profile, showing one or two modules of the built-in suite as
+examples (preferring ones that share an API with the request)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+
+from kzcore.policy import Chat
+from kzcore.problems import load_problems
+from kzcore.proposer.catalog import Catalog, TorchApi
+from kzcore.proposer.gates import apis_used
+from kzcore.types import Problem
+
+EXAMPLE_SUITES = ("builtin:1", "builtin:2")
+
+SYSTEM = (
+    "You write PyTorch reference problems for a GPU kernel benchmark. Each problem is one self-contained Python "
+    "module in KernelBench format: class Model(nn.Module), module-level size constants, get_inputs() and "
+    "get_init_inputs(). Another model will later try to write a faster custom GPU kernel for your Model, so the "
+    "problem must be well-defined, deterministic and worth timing."
+)
+
+RULES = """Requirements:
+1. `class Model(nn.Module)` with `__init__` (its arguments come from get_init_inputs()) and `forward`, which
+   computes its result with the APIs above. Shape glue (view, reshape, permute) is fine; avoid other compute.
+2. Every size is a module-level constant. `get_inputs()` returns a list of CPU tensors built with torch.rand,
+   torch.randn or torch.randint from those constants (no device=); `get_init_inputs()` returns the constructor
+   arguments as a list.
+3. Realistic sizes for GPU timing: at the module constants the forward pass should take 1-15 ms in eager
+   PyTorch on a modern data-center GPU (tens to hundreds of MB of data, or billions of FLOPs).
+4. A small profile for CPU checks: `KZ_SIZES = {"small": {...}}` maps some module constants to small values
+   at which the module runs in well under a second on a CPU.
+5. The output depends on every input, is not ~0 or ~constant, and stays finite (no NaN or Inf): scale inputs
+   so that exp, log, pow, division and products stay in range.
+6. Deterministic: no dropout, no randomness or seeding inside the module's forward.
+7. Import only torch (and math). No files, no os, sys, subprocess, socket, random or time, no open(), eval(),
+   exec() or getattr().
+
+Reply with one ```python block holding the whole module and nothing else."""
+
+
+def load_examples(catalog: Catalog, suites: Sequence[str] = EXAMPLE_SUITES, pm=None) -> list[tuple[Problem, set[str]]]:
+    """The example problems with the catalog APIs each uses."""
+    import ast
+
+    examples = []
+    for spec in suites:
+        for problem in load_problems(spec, pm=pm):
+            examples.append((problem, set(apis_used(ast.parse(problem.source), catalog))))
+    return examples
+
+
+def choose_examples(
+    examples: Sequence[tuple[Problem, set[str]]], apis: Sequence[str], rng: random.Random, count: int = 2
+) -> list[Problem]:
+    """``count`` distinct examples: of the level matching the request (1 for one API, 2 for a combination)
+    where there are such, preferring ones that share an API with it; seeded by ``rng``."""
+    if count <= 0 or not examples:
+        return []
+    level = 1 if len(apis) == 1 else 2
+    pool = [e for e in examples if e[0].level == level] or list(examples)
+    wanted = set(apis)
+    sharing = [e for e in pool if e[1] & wanted]
+    rest = [e for e in pool if not e[1] & wanted]
+    rng.shuffle(sharing)
+    rng.shuffle(rest)
+    return [problem for problem, _ in (sharing + rest)[:count]]
+
+
+def build_proposer_prompt(apis: Sequence[TorchApi], examples: Sequence[Problem] = ()) -> Chat:
+    """Chat messages asking for a new module that uses exactly ``apis``."""
+    listing = "\n".join(f"- {api.describe()}" for api in apis)
+    parts = [
+        f"Write a new problem module that uses exactly these {len(apis)} PyTorch API(s), each at least once:",
+        listing,
+        RULES,
+    ]
+    if examples:
+        shown = "\n\n".join(f"```python\n{p.source.strip()}\n```" for p in examples)
+        parts.append(f"Examples of the format (write a different problem):\n\n{shown}")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def prompt_hash(chat: Chat) -> str:
+    """A short stable fingerprint of a chat, recorded in the task's provenance."""
+    return hashlib.sha256(json.dumps(chat, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,143 @@
+"""The Proposer phase: GRPO on API-set prompts. Each completion goes through the Proposer's gates; for
+each valid module the current Coder is sampled k times and evaluated, and the Proposer is paid the
+frontier reward of the Coder's pass rate (a failed gate pays the gate penalty). Every module lands in the
+task pool with its verdicts and pass rate.
+
+Frontier rewards depend on one completion only, so each process scores its own completions; dedup against
+modules proposed in the same step by other processes is not done (the pool dedups on the next read)."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+import attrs
+
+from kzcore.evaluate.problem_check import check_problems
+from kzcore.policy import Completion, SamplingParams
+from kzcore.prompts import build_prompt
+from kzcore.proposer.catalog import load_catalog
+from kzcore.proposer.gates import AstGateConfig
+from kzcore.proposer.pool import PassRate, TaskRecord, append_records, read_pool
+from kzcore.proposer.prompt import load_examples
+from kzcore.proposer.propose import ProposerRun
+from kzcore.proposer.sampler import SamplerConfig
+from kzcore.rewards import frontier_reward, gate_failure_reward
+from kzcore.train.coder import completion_text, run_grpo
+from kzcore.types import Candidate, EvalJob, Phase
+
+
+class ProposerReward:
+    """A TRL reward function: module completions → gates → the Coder's pass rate → frontier reward."""
+
+    def __init__(
+        self,
+        run: ProposerRun,
+        chats,
+        coder,
+        language: str,
+        pool,
+        eval_config,
+        settings,
+        k: int,
+        max_new_tokens: int,
+        pool_path: Path,
+        log_path: Path,
+    ):
+        self.__name__ = "frontier"
+        self.run, self.chats, self.coder, self.language = run, chats, coder, language
+        self.pool, self.eval_config, self.settings, self.k = pool, eval_config, settings, k
+        self.max_new_tokens, self.pool_path, self.log_path = max_new_tokens, pool_path, log_path
+
+    def __call__(self, prompts, completions, apis, chat_index, trainer_state=None, log_metric=None, **kwargs):
+        t0 = time.perf_counter()
+        outputs = [[Completion(text=completion_text(c))] for c in completions]
+        records = self.run.judge([tuple(a) for a in apis], [self.chats[i] for i in chat_index], outputs)
+        records = self.with_pass_rates(records)
+        rewards = [self.reward(r) for r in records]
+        append_records(self.pool_path, records)
+        self.run.history.extend(records)
+        self.run.seen.update({r.dedup_key: r.id for r in records if r.accepted})
+        self._log(records, rewards, time.perf_counter() - t0, trainer_state, log_metric)
+        return rewards
+
+    def reward(self, record: TaskRecord) -> float:
+        s = self.settings
+        if not record.accepted:
+            return gate_failure_reward(s.gate_penalty)
+        return frontier_reward(record.latest_pass_rate, shape=s.shape, at_edges=s.at_edges, gate_penalty=s.gate_penalty)
+
+    def with_pass_rates(self, records: list[TaskRecord]) -> list[TaskRecord]:
+        """Sample the current Coder k times on every accepted module and evaluate: its pass rate p."""
+        accepted = [r for r in records if r.accepted]
+        if not accepted:
+            return records
+        problems = [r.to_problem() for r in accepted]
+        chats = [build_prompt(p, self.language) for p in problems]
+        params = SamplingParams(n=self.k, temperature=1.0, max_new_tokens=self.max_new_tokens)
+        jobs = []
+        for problem, samples in zip(problems, self.coder.generate(chats, params)):
+            for c in samples:
+                cand = Candidate(problem.name, self.language, problem.level, c.sample_index, completion=c.text)
+                jobs.append(EvalJob(problem=problem, candidate=cand, config=self.eval_config))
+        passed = collections.Counter(r.problem for r in self.pool.map(jobs) if r.correct)
+        rates = {p.name: PassRate(round=self.run.round, k=self.k, passed=passed[p.name]) for p in problems}
+        return [attrs.evolve(r, pass_rates=(*r.pass_rates, rates[r.name])) if r.name in rates else r for r in records]
+
+    def _log(self, records, rewards, seconds, trainer_state, log_metric) -> None:
+        rates = [r.latest_pass_rate for r in records if r.accepted]
+        row = {
+            "step": getattr(trainer_state, "global_step", None),
+            "reward_mean": statistics.fmean(rewards),
+            "accepted": sum(r.accepted for r in records),
+            "failures": dict(collections.Counter(r.failed_gate for r in records if r.failed_gate)),
+            "pass_rates": rates,
+            "seconds": round(seconds, 3),
+        }
+        with self.log_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if log_metric is not None:
+            log_metric("kz/accepted", float(row["accepted"]))
+
+
+def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
+    """One Proposer phase of ``trainer`` (a kzcore.train.trainer.Trainer)."""
+    from datasets import Dataset
+
+    cfg = trainer.config
+    settings = attrs.evolve(cfg.proposer_grpo, max_steps=phase.steps)
+    seed = cfg.run.seed + 1000 * phase.round
+    catalog = load_catalog()
+    history = read_pool(trainer.pool_path()) if trainer.pool_path().exists() else []
+    run = ProposerRun(
+        policy="proposer", catalog=catalog, seed=seed, round=phase.round,
+        check_problems=functools.partial(check_problems, pool=trainer.pool), config=cfg.eval,
+        sampler=SamplerConfig(min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1]),
+        params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
+        example_pool=load_examples(catalog, pm=trainer.pm), history=history,
+        seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
+    )  # fmt: skip
+    n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
+    api_sets, chats = run.prompts(n_prompts)
+    dataset = Dataset.from_list(
+        [{"prompt": c, "apis": list(a), "chat_index": i} for i, (a, c) in enumerate(zip(api_sets, chats))]
+    )
+    coder = trainer.policy_for(trainer.latest_checkpoint("coder"))
+    log_path = phase_dir / "rewards.jsonl"
+    try:
+        reward = ProposerReward(
+            run, chats, coder, trainer.language, trainer.pool, cfg.eval, cfg.proposer, cfg.proposer.k,
+            cfg.coder.max_completion_length, trainer.pool_path(), log_path,
+        )  # fmt: skip
+        metrics = run_grpo(trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model")
+    finally:
+        coder.close()
+    rows = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
+    metrics["accepted"] = sum(r["accepted"] for r in rows)
+    metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
+    return metrics
