@@ -1,0 +1,88 @@
+"""The alternating trainer end to end on a tiny model: distill (reference solutions) -> SFT -> Proposer
+GRPO -> Coder GRPO -> held-out evaluation, every phase's checkpoint saved, logs and plots written, and
+the Proposer's modules filed in the task pool."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from kzcore.train.ca_grpo import CAGRPOConfig
+from kzcore.train.coder import GRPOSettings
+from kzcore.train.config import (
+    HeldoutSection,
+    ModelsSection,
+    PluginsSection,
+    ProblemsSection,
+    ProposerSection,
+    RunSection,
+    TrainConfig,
+)
+from kzcore.train.schedule import Schedule
+from kzcore.train.sft import SFTSettings
+from kzcore.train.trainer import Trainer
+from kzcore.types import EvalConfig
+from tests.tinymodel import build_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+def config(tmp_path, tiny) -> TrainConfig:
+    grpo = GRPOSettings(num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
+    return TrainConfig(
+        run=RunSection(dir=str(tmp_path / "run")),
+        models=ModelsSection(coder=str(tiny)),
+        plugins=PluginsSection(workers=1),
+        problems=ProblemsSection(
+            coldstart="builtin:1", tasks="builtin:1", heldout="builtin:1", heldout_names=("1_ReLU",)
+        ),
+        schedule=Schedule(rounds=1, proposer_steps=1, coder_steps=1),
+        sft=SFTSettings(max_steps=1, batch_size=1, use_cpu=True, max_length=2048),
+        coder=grpo,
+        ca_grpo=CAGRPOConfig(),
+        proposer=ProposerSection(k=2),
+        proposer_grpo=grpo,
+        eval=EvalConfig(trials=1, timeout_s=60),
+        heldout=HeldoutSection(n=2, k=(1, 2), max_new_tokens=16),
+    )
+
+
+def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pm = plugins("kz_triton", "kz_models")
+    cfg = config(tmp_path, tiny)
+    state = Trainer(cfg, pm=pm, log=lambda s: None).run()
+    run = tmp_path / "run"
+    assert state["done"] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
+    distilled = state["metrics"]["00-distill"]
+    assert distilled["kept"] == distilled["correct"] == distilled["candidates"] == 26  # 27 minus held-out ReLU
+    for pid in ("00-sft", "01-proposer", "01-coder"):
+        assert (run / "phases" / pid / "model" / "model.safetensors").exists(), pid
+    pool = [json.loads(x) for x in (run / "pool.jsonl").read_text().splitlines()]
+    assert len(pool) == 2  # one step x one prompt x 2 generations, each filed with its gate verdicts
+    assert all(r["gates"] for r in pool)
+    coder = state["metrics"]["01-coder"]
+    assert coder["steps"] == 1 and "heldout_pass@1" in coder and "heldout_pass@2" in coder
+    heldout = [json.loads(x) for x in (run / "heldout.jsonl").read_text().splitlines()]
+    assert heldout[0]["phase"] == "01-coder"
+    assert (run / "curves.png").stat().st_size > 0
+    # held-out ReLU never reached distillation or the Coder's tasks
+    sft_rows = [json.loads(x) for x in (run / "phases" / "00-distill" / "sft.jsonl").read_text().splitlines()]
+    assert "1_ReLU" not in {r["problem"] for r in sft_rows}
+
+
+def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
+    pm = plugins("kz_triton", "kz_models")
+    cfg = attrs.evolve(config(tmp_path, tiny), problems=ProblemsSection(coldstart="builtin:1", tasks="builtin:1"))
+    trainer = Trainer(cfg, pm=pm, log=lambda s: None)
+    assert trainer.latest_checkpoint("coder") == str(tiny)
+    model = tmp_path / "run" / "phases" / "00-sft" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (tmp_path / "run" / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {}}))
+    assert trainer.latest_checkpoint("coder") == trainer.latest_checkpoint("proposer") == str(model)
