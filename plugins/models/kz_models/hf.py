@@ -1,7 +1,7 @@
 """hf: transformers ``generate`` on a local checkpoint, batched with left padding, on CPU or GPU.
 
-Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16&batch_size=8]`` where PATH is
-a checkpoint directory (``config.json`` + safetensors/bin weights + tokenizer) or a ``FILE.gguf`` (loaded by
+Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16&batch_size=8&threads=N]``
+where PATH is a checkpoint directory (``config.json`` + safetensors/bin weights + tokenizer) or a ``FILE.gguf`` (loaded by
 transformers, dequantized). The smollm2 backend builds one of these on the embedded model; the trainer can
 wrap its own in-memory model with ``HFPolicy(model, tokenizer)`` and push new weights with ``update_weights``.
 """
@@ -20,7 +20,7 @@ from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
 from kzcore.policy import Chat, Completion, PolicyError, SamplingParams
 
-OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8"}
+OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": ""}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -30,6 +30,7 @@ def load_hf_policy(arg: str) -> HFPolicy:
     path, options = split_options("hf", arg, OPTIONS)
     if not path:
         raise PolicyError("hf needs a checkpoint: hf:/path/to/model_dir or hf:/path/to/model.gguf")
+    set_cpu_threads("hf", options)
     return HFPolicy.from_path(
         path,
         device=options["device"],
@@ -37,6 +38,15 @@ def load_hf_policy(arg: str) -> HFPolicy:
         batch_size=int_option("hf", options, "batch_size"),
         name=f"hf:{arg}",
     )
+
+
+def set_cpu_threads(backend: str, options: dict[str, str]) -> None:
+    """``threads=N``: torch's CPU thread count for this process. On a CPU shared with other busy processes
+    (evaluator workers) fewer threads than cores is much faster: oversubscribed threads wait on each other."""
+    if options["threads"]:
+        import torch
+
+        torch.set_num_threads(int_option(backend, options, "threads"))
 
 
 def one_line(exc: BaseException) -> str:
@@ -140,6 +150,9 @@ class HFPolicy:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_ids = self._eos_ids()
         self.context = context_length(model.config)
+        # The directory of an ordinary checkpoint this policy was loaded from (what the trainer fine-tunes);
+        # None for an in-memory model or a GGUF file (transformers' Trainer refuses a model loaded from GGUF).
+        self.checkpoint: Path | None = None
 
     @classmethod
     def from_path(
@@ -158,7 +171,9 @@ class HFPolicy:
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, **extra)
         except Exception as exc:  # transformers raises many types; the user needs one line naming the path
             raise PolicyError(f"hf: cannot load {path}: {one_line(exc)}") from exc
-        return cls(model.to(device), tokenizer, name=name or f"hf:{path}", batch_size=batch_size)
+        policy = cls(model.to(device), tokenizer, name=name or f"hf:{path}", batch_size=batch_size)
+        policy.checkpoint = None if gguf_file else directory
+        return policy
 
     # -- the Policy protocol ------------------------------------------------------------------------------
 
@@ -192,7 +207,9 @@ class HFPolicy:
         state = dict(named_tensors)
         unknown = sorted(set(state) - set(self.model.state_dict()))
         if unknown:
-            raise PolicyError(f"{self.name}: update_weights got names the model does not have: {', '.join(unknown[:5])}")
+            raise PolicyError(
+                f"{self.name}: update_weights got names the model does not have: {', '.join(unknown[:5])}"
+            )
         with torch.no_grad():
             self.model.load_state_dict(state, strict=False)
 
