@@ -320,6 +320,68 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_propose(args) -> int:
+    import functools
+
+    from rich.console import Console
+
+    from kzcore.evaluate.problem_check import check_problems
+    from kzcore.policy import SamplingParams, load_policy
+    from kzcore.proposer.catalog import load_catalog
+    from kzcore.proposer.propose import propose
+    from kzcore.proposer.sampler import SamplerConfig
+    from kzcore.types import EvalConfig
+
+    catalog = load_catalog(*args.catalog)
+    policy = load_policy(args.policy)
+    console = Console()
+    try:
+        summary = propose(
+            policy, args.n, catalog=catalog, pool_path=args.out,
+            check_problems=functools.partial(check_problems, workers=args.workers),
+            config=EvalConfig(device=args.device, timeout_s=args.timeout), seed=args.seed, round=args.round,
+            sampler=SamplerConfig(min_size=args.min_apis, max_size=args.max_apis),
+            params=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens),
+            batch_size=args.batch_size,
+            progress=lambda r: console.print(f"{r.id} {'+'.join(r.apis)}: {r.failed_gate or 'accepted'}"),
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        console.print(f"interrupted: modules so far are in {args.out}")
+        return EXIT_INTERRUPTED
+    finally:
+        policy.close()
+    console.print(f"{summary.accepted} of {summary.attempted} modules accepted -> {summary.pool_path}")
+    if summary.failures:
+        console.print("gate failures: " + ", ".join(f"{g} {n}" for g, n in summary.failures.items()))
+    return 0
+
+
+def _cmd_pool(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kzcore.proposer.pool import pass_rate_histogram, read_pool, stats
+
+    path = Path(args.pool)
+    if not path.exists():
+        raise KzError(f"{path}: no such pool file")
+    records = read_pool(path)
+    st = stats(records)
+    console = Console()
+    console.print(f"{st.total} modules, {st.accepted} accepted, {st.with_pass_rate} with a Coder pass rate")
+    table = Table(title="first failed gate")
+    table.add_column("gate")
+    table.add_column("modules", justify="right")
+    for gate, n in st.failures.items():
+        table.add_row(gate, str(n))
+    console.print(table)
+    for reason, n in st.reasons.items():
+        console.print(f"  {n:4d}  {reason}")
+    png = pass_rate_histogram(records, Path(args.png) if args.png else path.with_suffix(".pass_rates.png"))
+    console.print(f"pass-rate histogram: {png}" if png else "no pass-rate histogram: no module has a pass rate yet")
+    return 0
+
+
 def _cmd_report(args) -> int:
     from rich.console import Console
 
@@ -440,6 +502,30 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--cpu", action="store_true")
     sf.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
     sf.set_defaults(func=_cmd_sft)
+
+    pr = sub.add_parser("propose", help="Proposer: API sets -> modules -> gates -> task pool")
+    pr.add_argument("--policy", default=DEFAULT_POLICY)
+    pr.add_argument("--n", type=int, default=8, help="modules to propose")
+    pr.add_argument("--out", default="runs/pool.jsonl", help="task pool JSONL (appended)")
+    pr.add_argument("--catalog", action="append", default=[], help="extra catalog JSON files (repeatable)")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--round", type=int, default=0)
+    pr.add_argument("--min-apis", type=int, default=1)
+    pr.add_argument("--max-apis", type=int, default=4)
+    pr.add_argument("--batch-size", type=int, default=8)
+    pr.add_argument("--temperature", type=float, default=1.0)
+    pr.add_argument("--max-new-tokens", type=int, default=768)
+    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    pr.add_argument("--timeout", type=float, default=60.0, help="seconds per module check")
+    pr.add_argument("--workers", type=int, default=None)
+    pr.set_defaults(func=_cmd_propose)
+
+    po = sub.add_parser("pool", help="task pool tools")
+    po_sub = po.add_subparsers(dest="pool_cmd", required=True)
+    ps = po_sub.add_parser("stats", help="gate failure counts and a pass-rate histogram PNG")
+    ps.add_argument("pool")
+    ps.add_argument("--png", default=None)
+    ps.set_defaults(func=_cmd_pool)
 
     tr = sub.add_parser("train", help="the alternating KernelZero trainer from a TOML config")
     tr.add_argument("--config", required=True)

@@ -81,3 +81,16 @@ def test_kz_sample_unknown_policy_is_one_line_error(plugins, tmp_path, capsys):
     assert code == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("kz: error: no policy named 'nope'") and "\n" not in err
+
+
+def test_kz_propose_files_every_module_and_pool_stats_reports(plugins, tmp_path, capsys):
+    plugins("kz_triton", "tests.fakes_policy")
+    pool = tmp_path / "pool.jsonl"
+    assert main(["propose", "--policy", "scripted", "--n", "3", "--out", str(pool), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 3 modules accepted" in out and "ast 3" in out
+    assert len(pool.read_text().splitlines()) == 3
+    assert main(["pool", "stats", str(pool)]) == 0
+    out = capsys.readouterr().out
+    assert "3 modules, 0 accepted" in out and "no pass-rate histogram" in out
+    assert main(["pool", "stats", str(tmp_path / "missing.jsonl")]) == 1
