@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kz-installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint gpu-check clean
+.PHONY: demo eval-demo test gpu-check clean
 
 $(STAMP): pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.
 	touch $(STAMP)
 
 demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/kz train --config configs/smoke.toml
+
+eval-demo: $(STAMP)
 	$(VENV)/bin/kz eval --problems builtin --solutions builtin --language triton --out runs/demo/results.jsonl
 
 test: $(STAMP)

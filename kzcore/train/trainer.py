@@ -177,7 +177,7 @@ class Trainer:
         for k in cfg.k:
             row = summarize(results, k=k, problems=[(p.level, p.name) for p in self.heldout])["all"]
             metrics[f"heldout_pass@{k}"] = row["pass@k"]
-            metrics[f"heldout_fast_1@{k}"] = row["fast_1"] if row["fast_1"] is not None else float("nan")
+            metrics[f"heldout_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed (CPU)
         with (self.run_dir / "heldout.jsonl").open("a") as f:
             f.write(json.dumps({"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}) + "\n")
         plot_curves(self.run_dir)
