@@ -130,6 +130,15 @@ class EvalJob:
     candidate: Candidate
     config: EvalConfig
 
+    def result(self, status: Status, message: str, **fields) -> EvalResult:
+        """An EvalResult for this job, carrying the config that produced it."""
+        cand, cfg = self.candidate, self.config
+        return EvalResult(
+            problem=cand.problem, level=self.problem.level, language=cand.language, sample=cand.sample,
+            status=status, message=message, trials=cfg.trials, tf32=cfg.tf32, atol=cfg.atol, rtol=cfg.rtol,
+            seed=cfg.seed, origin=cand.origin, **fields,
+        )  # fmt: skip
+
 
 @attrs.frozen
 class ProblemCheckJob:

@@ -320,27 +320,12 @@ class Evaluation:
         return self.result(status, message, launches), self.poisoned
 
     def result(self, status: Status, message: str, launches) -> EvalResult:
-        cand, cfg = self.job.candidate, self.config
         try:
             n_launches = launches() if launches is not None else 0
         except Exception:
             n_launches = 0
-        base = EvalResult(
-            problem=cand.problem,
-            level=self.job.problem.level,
-            language=cand.language,
-            sample=cand.sample,
-            status=status,
-            message=message,
-            launches=n_launches,
-            stages=dict(self.clock.seconds),
-            device=self.device,
-            trials=cfg.trials,
-            tf32=cfg.tf32,
-            atol=cfg.atol,
-            rtol=cfg.rtol,
-            seed=cfg.seed,
-            origin=cand.origin,
+        base = self.job.result(
+            status, message, launches=n_launches, stages=dict(self.clock.seconds), device=self.device
         )
         return attrs.evolve(base, **self.fields)
 

@@ -243,18 +243,4 @@ def _failure(job, status: Status, message: str):
         from kzcore.evaluate.problem_check import failed_report
 
         return failed_report(job, f"{status.value}: {message}")
-    cand, cfg = job.candidate, job.config
-    return EvalResult(
-        problem=cand.problem,
-        level=job.problem.level,
-        language=cand.language,
-        sample=cand.sample,
-        status=status,
-        message=message,
-        trials=cfg.trials,
-        tf32=cfg.tf32,
-        atol=cfg.atol,
-        rtol=cfg.rtol,
-        seed=cfg.seed,
-        origin=cand.origin,
-    )
+    return job.result(status, message)
