@@ -1,0 +1,86 @@
+"""Frontier-reward wiring: proposed modules go through the real gates; a scripted Coder with known pass
+rates on the accepted ones gives known Proposer rewards, and the pool records the pass rates."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+from kzcore.evaluate.problem_check import check_problems
+from kzcore.executors.local import LocalPool
+from kzcore.plugins import plugin_specs
+from kzcore.policy import Completion, SamplingParams
+from kzcore.problems import load_problems
+from kzcore.proposer.catalog import load_catalog
+from kzcore.proposer.gates import AstGateConfig
+from kzcore.proposer.pool import read_pool
+from kzcore.proposer.propose import ProposerRun
+from kzcore.train.config import ProposerSection
+from kzcore.train.proposer_phase import ProposerReward
+from kzcore.types import EvalConfig
+from tests import fakes_policy
+
+CFG = EvalConfig(trials=1, timeout_s=60)
+RELU_MODULE = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU").source
+
+
+class ScriptedCoder:
+    """Solves a module's problem in exactly `passes` of its k samples."""
+
+    name = "scripted-coder"
+
+    def __init__(self, passes: int):
+        self.passes = passes
+
+    def generate(self, prompts, params: SamplingParams):
+        good = f"```python\n{fakes_policy.SOLUTION}```"
+        return [
+            [Completion(good if s < self.passes else "no", i, s) for s in range(params.n)] for i in range(len(prompts))
+        ]
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def pool(plugins):
+    pm = plugins("kz_triton")
+    pool = LocalPool(workers=1, config=CFG, plugins=plugin_specs(pm)).start()
+    yield pool
+    pool.close()
+
+
+def make_reward(pool, tmp_path, passes: int) -> ProposerReward:
+    catalog = load_catalog()
+    run = ProposerRun(
+        policy="proposer", catalog=catalog, check_problems=functools.partial(check_problems, pool=pool), config=CFG,
+        seed=0, round=1, sampler=None, params=SamplingParams(), examples=0, ast_config=AstGateConfig(),
+        rng=random.Random(0), example_pool=[], history=[], seen={},
+    )  # fmt: skip
+    return ProposerReward(
+        run, [[{"role": "user", "content": "x"}]], ScriptedCoder(passes), "triton", pool, CFG,
+        ProposerSection(k=4, shape="tent"), 4, 64, tmp_path / "pool.jsonl", tmp_path / "log.jsonl",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("passes, expected", [(2, 1.0), (1, 0.5), (4, 0.0), (0, 0.0)])
+def test_known_pass_rates_give_known_frontier_rewards(pool, tmp_path, passes, expected):
+    reward = make_reward(pool, tmp_path, passes)
+    module = [{"role": "assistant", "content": f"```python\n{RELU_MODULE}```"}]
+    prose = [{"role": "assistant", "content": "I will not write code."}]
+    rewards = reward(prompts=[[]] * 2, completions=[module, prose], apis=[["ReLU"], ["ReLU"]], chat_index=[0, 0])
+    assert rewards == [pytest.approx(expected), -1.0]  # the prose fails the AST gate: gate penalty
+    accepted, failed = read_pool(tmp_path / "pool.jsonl")
+    assert accepted.accepted and accepted.latest_pass_rate == passes / 4
+    assert (accepted.pass_rates[0].round, accepted.pass_rates[0].k) == (1, 4)
+    assert failed.failed_gate == "ast"
+
+
+def test_duplicate_module_in_the_same_step_gets_the_penalty(pool, tmp_path):
+    reward = make_reward(pool, tmp_path, 2)
+    module = [{"role": "assistant", "content": f"```python\n{RELU_MODULE}```"}]
+    rewards = reward(prompts=[[]] * 2, completions=[module, module], apis=[["ReLU"], ["ReLU"]], chat_index=[0, 0])
+    assert rewards == [1.0, -1.0]
+    assert [r.failed_gate for r in read_pool(tmp_path / "pool.jsonl")] == [None, "duplicate"]
