@@ -116,3 +116,20 @@ def test_python_language_through_entry_points(monkeypatch, tmp_path):
     assert by_sample[0].device == "cpu" and by_sample[0].size == "small"
     assert by_sample[1].status is Status.INCORRECT
     assert by_sample[2].status is Status.CORRECT, by_sample[2].message
+
+
+def test_policy_plugin_from_entry_point_drives_kz_eval(monkeypatch, tmp_path, capsys):
+    """A policy backend living outside the core (kz_pylang's pylang-echo), found through its entry point,
+    swapped in with --policy alone."""
+    from kzcore.cli import main
+    from kzcore.plugins import set_plugin_manager
+
+    monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("KZ_DISABLE_PLUGINS", raising=False)
+    set_plugin_manager(new_plugin_manager(load_entry_points=True))
+    out = tmp_path / "r.jsonl"
+    args = ["eval", "--problems", "builtin:2", "--language", "python", "--policy", "pylang-echo", "-n", "2"]
+    assert main([*args, "--out", str(out), "--workers", "1", "--trials", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "100.0%" in text  # every level-2 problem solved by echoing its own architecture
+    assert len([x for x in out.read_text().splitlines() if '"correct"' in x]) >= 24

@@ -33,3 +33,31 @@ def kz_prompt_sections(language, problem, template):
     if language != NAME:
         return None
     return [PromptSection("Rules", "Write ModelNew in plain PyTorch.", order=20)]
+
+
+class EchoPolicy:
+    """A policy registered by entry point from outside the core: it answers each Coder prompt with the
+    prompt's own architecture renamed to ModelNew, which is a correct "python"-language solution."""
+
+    name = "pylang-echo"
+
+    def generate(self, prompts, params):
+        import re
+
+        from kzcore.builtins.extraction import code_blocks
+        from kzcore.policy import Completion
+
+        out = []
+        for i, chat in enumerate(prompts):
+            blocks = [body for _tag, body in code_blocks(chat[-1]["content"]) if "class Model(" in body]
+            text = "```python\n" + re.sub(r"\bclass Model\(", "class ModelNew(", blocks[-1]) + "```" if blocks else ""
+            out.append([Completion(text=text, prompt_index=i, sample_index=s) for s in range(params.n)])
+        return out
+
+    def close(self):
+        pass
+
+
+@hookimpl
+def kz_register_policies(register):
+    register("pylang-echo", lambda arg: EchoPolicy())
