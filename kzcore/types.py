@@ -147,6 +147,7 @@ class ProblemCheckJob:
 
     problem: Problem
     config: EvalConfig
+    max_bytes: int = 16 * 2**30  # memory budget: peak CUDA allocation, or tensor bytes (params+inputs+outputs) on CPU
 
 
 @attrs.frozen

@@ -95,3 +95,14 @@ def test_kz_suite_check_reports_failures(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 of 2 problems pass every check" in out
     assert "level1/2_Zero" in out and "~0" in out
+
+
+def test_memory_budget(tmp_path):
+    from kzcore.evaluate.problem_check import check_problem_job
+    from kzcore.types import ProblemCheckJob
+
+    problem = Problem(name="good", source=CASES["good"][0], level=1)
+    ok, _ = check_problem_job(ProblemCheckJob(problem, EvalConfig(device="cpu")), tmp_path, "cpu")
+    assert ok.ok
+    tight, _ = check_problem_job(ProblemCheckJob(problem, EvalConfig(device="cpu"), max_bytes=512), tmp_path, "cpu")
+    assert not tight.ok and "memory budget" in tight.reason  # 8x16 fp32 input + output = 1024 bytes

@@ -22,7 +22,7 @@ class _Failed(Exception):
 
 
 def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: int):
-    """Outputs of a fresh model (weights from ``seed_init``) on inputs from ``seed_inputs``; the RNG is
+    """(outputs, bytes of its tensors) of a fresh model (weights from ``seed_init``) on inputs from ``seed_inputs``; the RNG is
     re-seeded with ``seed_forward`` just before forward, so randomness inside forward shows up as a
     difference between two runs that differ only in that seed."""
     import torch
@@ -42,7 +42,8 @@ def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: in
     bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
     if bad:
         raise _Failed(f"forward returned {', '.join(bad)}; outputs must be tensors")
-    return outputs
+    tensors = [*model.parameters(), *model.buffers(), *(x for x in inputs if isinstance(x, torch.Tensor)), *outputs]
+    return outputs, sum(t.numel() * t.element_size() for t in tensors)
 
 
 def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple[ProblemReport, bool]:
@@ -60,14 +61,20 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
             module = import_module_from_file(path, path.stem)
             size = config.size if config.size != "auto" else ("full" if device == "cuda" else "small")
             fields["size"] = apply_size_profile(module, size)
-            first = _run(module, device, config.seed, config.seed + 1, 1)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            first, tensor_bytes = _run(module, device, config.seed, config.seed + 1, 1)
         except _Failed:
             raise
         except Exception as exc:
             poisoned = is_fatal_device_error(exc)
             raise _Failed("does not run: " + candidate_error(exc, path)) from None
+        # what the run needed: the CUDA allocator's peak, or (CPU) the bytes of its tensors
+        peak = torch.cuda.max_memory_allocated() if device == "cuda" else tensor_bytes
+        if peak > job.max_bytes:
+            raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {job.max_bytes / 2**30:.2f} GiB memory budget")
         fields["ok_runs"] = True
-        again = _run(module, device, config.seed, config.seed + 1, 2)
+        again, _ = _run(module, device, config.seed, config.seed + 1, 2)
         if not all(
             a.shape == b.shape and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) for a, b in zip(first, again)
         ):
@@ -76,7 +83,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
         if not all(bool(torch.isfinite(o).all()) for o in first if o.is_floating_point() or o.is_complex()):
             raise _Failed("outputs contain NaN or Inf")
         fields["finite"] = True
-        other = _run(module, device, config.seed, config.seed + 2, 1)
+        other, _ = _run(module, device, config.seed, config.seed + 2, 1)
         reasons, stats = degeneracy_reasons(first, other, config)
         fields.update(stats=stats, degenerate=bool(reasons), reason="; ".join(reasons))
     except _Failed as exc:
