@@ -133,3 +133,33 @@ def test_policy_plugin_from_entry_point_drives_kz_eval(monkeypatch, tmp_path, ca
     text = capsys.readouterr().out
     assert "100.0%" in text  # every level-2 problem solved by echoing its own architecture
     assert len([x for x in out.read_text().splitlines() if '"correct"' in x]) >= 24
+
+
+SECRET_PROBE = """
+import os
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        leaked = [k for k in os.environ if "TOKEN" in k or "API_KEY" in k]
+        assert not leaked, f"worker environment leaks {leaked}"
+        import resource
+        assert resource.getrlimit(resource.RLIMIT_CORE)[0] == 0
+        return torch.relu(x)
+"""
+
+
+def test_worker_environment_is_scrubbed_and_limited(plugins, tmp_path, monkeypatch):
+    from kzcore.evaluate.runner import evaluate
+    from kzcore.problems import load_problems
+    from kzcore.types import Candidate, EvalConfig
+
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    pm = plugins("kz_pylang")
+    problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
+    cand = Candidate(problem="1_ReLU", language="python", level=1, source=SECRET_PROBE)
+    (result,) = evaluate(problems, [cand], EvalConfig(trials=1), tmp_path / "r.jsonl", workers=1, pm=pm)
+    assert result.correct, result.message

@@ -1,5 +1,6 @@
 """The worker process: set up the device and plugins once, then evaluate jobs sent over a pipe until told
-to stop. Candidate code only ever runs here. Nothing heavy is imported at module level: the environment
+to stop. Candidate code only ever runs here, in a scratch directory, with credentials scrubbed from the
+environment, no core dumps and a cap on file sizes. Nothing heavy is imported at module level: the environment
 (CUDA_VISIBLE_DEVICES, TRITON_INTERPRET) must be set before torch or triton load."""
 
 from __future__ import annotations
@@ -11,6 +12,29 @@ import traceback
 from pathlib import Path
 
 LOG_LIMIT = 4 * 1024 * 1024  # candidate stdout/stderr kept per worker before the log is truncated
+FILE_SIZE_LIMIT = 1 << 30  # no file a candidate writes may exceed 1 GiB (RLIMIT_FSIZE)
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY", "AUTH")
+
+
+def scrub_environment(environ=os.environ) -> list[str]:
+    """Remove variables that look like credentials, so candidate code never sees them; returns their names."""
+    gone = [k for k in environ if any(m in k.upper() for m in SECRET_MARKERS)]
+    for k in gone:
+        del environ[k]
+    return gone
+
+
+def _limit_resources() -> None:
+    """No core dumps, and a cap on the size of any file written (a candidate filling the disk)."""
+    import resource
+
+    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)):
+        try:
+            soft, hard = resource.getrlimit(limit)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (cap, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _redirect_output(workdir: Path) -> Path:
@@ -49,6 +73,8 @@ def worker_main(
     conn, worker_id: int, device: str, env: dict, plugin_specs: list, tf32: bool, gpu_lock=None, lock_index: int = 0
 ) -> None:
     os.environ.update(env)
+    scrub_environment()
+    _limit_resources()
     workdir = Path(tempfile.mkdtemp(prefix=f"kz-worker{worker_id}-"))
     os.chdir(workdir)
     sys.path.insert(0, str(workdir))
