@@ -30,7 +30,7 @@ def entry_point_names(pm) -> set[str]:
     return {name for name, _ in pm.list_name_plugin() if name not in DEFAULT_PLUGINS}
 
 
-@pytest.mark.parametrize("name, module", [("triton", "kz_triton"), ("pylang", "kz_pylang")])
+@pytest.mark.parametrize("name, module", [("triton", "kz_triton"), ("pylang", "kz_pylang"), ("cuda", "kz_cuda")])
 def test_plugin_is_installed(name, module):
     eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=PROJECT)}
     assert name in eps, f"{module} is not installed with a {PROJECT!r} entry point"
@@ -44,9 +44,9 @@ def test_entry_points_load_by_default(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.delenv("KZ_DISABLE_PLUGINS", raising=False)
     pm = new_plugin_manager(load_entry_points=True)
-    assert entry_point_names(pm) == {"triton", "pylang", "models"}
-    assert sorted(languages(pm).items) == ["python", "triton"]
-    assert languages(pm).owners == {"triton": "triton", "python": "pylang"}
+    assert entry_point_names(pm) == {"triton", "pylang", "models", "cuda"}
+    assert sorted(languages(pm).items) == ["cuda", "python", "triton"]
+    assert languages(pm).owners == {"triton": "triton", "python": "pylang", "cuda": "cuda"}
     # the defaults are registered last, so every installed plugin's implementation is called before them
     impls = [pm.get_name(i.plugin) for i in pm.hook.kz_extract_source.get_hookimpls()]
     assert impls[0] == "kzcore.builtins.extraction"  # trylast: first in pluggy's list, called last
@@ -68,9 +68,9 @@ def test_disable_plugins_env(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang")
     pm = new_plugin_manager()
-    assert entry_point_names(pm) == {"triton", "models"}
+    assert entry_point_names(pm) == {"triton", "models", "cuda"}
     assert "python" not in languages(pm).items
-    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton,models")
+    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton,models,cuda")
     assert entry_point_names(new_plugin_manager()) == set()
     monkeypatch.setenv("KZ_LOAD_PLUGINS", "triton,pylang")  # disabling wins over selecting
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "triton")

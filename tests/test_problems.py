@@ -250,7 +250,7 @@ def test_load_solutions_builtin():
 
 
 def test_load_solutions_errors(tmp_path):
-    with pytest.raises(ProblemFormatError, match="suite 'builtin' ships no cuda solutions"):
-        load_solutions("builtin", _problems(), "cuda")
+    with pytest.raises(ProblemFormatError, match="suite 'builtin' ships no nolang solutions"):
+        load_solutions("builtin", _problems(), "nolang")
     with pytest.raises(ProblemFormatError, match="no such file or directory, and not a suite"):
         load_solutions(str(tmp_path / "missing"), _problems(), "triton")

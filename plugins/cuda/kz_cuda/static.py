@@ -1,0 +1,97 @@
+"""Static checks for CUDA candidates, from the AST alone (nothing is imported, compiled or run).
+
+The forward-path analysis (which PyTorch calls ``ModelNew.forward`` and the functions it reaches may make)
+is kz_triton's, reused read-only so both languages enforce the same allowlist. On top of it: a kernel
+source string with an ``extern "C" __global__`` kernel, the launcher used only through kz_cuda's public
+names, and no other way to reach the GPU (cupy, numba, pycuda, cuda-python, Triton, ``load_inline``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from kz_cuda.runtime import is_kernel_source
+from kz_cuda.signature import parse_kernels
+from kz_triton.static import FORBIDDEN_ATTRS, FORBIDDEN_IMPORTS, _dotted, _Module, _violations_in
+
+PUBLIC = frozenset("load_kernels i32 u32 i64 u64 f32 f64".split())
+OTHER_GPU_PATHS = {
+    "cupy": "cupy",
+    "numba": "numba",
+    "pycuda": "pycuda",
+    "cuda": "cuda-python (launch through kz_cuda.load_kernels)",
+    "triton": "Triton (this is the cuda language: write the kernels in CUDA C++)",
+    "torch.utils.cpp_extension": "load_inline (the cuda-inline dialect, not this one)",
+}
+
+
+def _import_problems(node: ast.Import | ast.ImportFrom) -> list[str]:
+    out = []
+    if isinstance(node, ast.ImportFrom):
+        modules = [node.module or ""]
+        if node.module == "kz_cuda":
+            out += [
+                f"line {node.lineno}: `from kz_cuda import {a.name}`: only {', '.join(sorted(PUBLIC))} are public"
+                for a in node.names
+                if a.name not in PUBLIC
+            ]
+        elif node.module == "torch.utils" and any(a.name == "cpp_extension" for a in node.names):
+            modules.append("torch.utils.cpp_extension")
+    else:
+        modules = [a.name for a in node.names]
+    for name in modules:
+        top = name.split(".")[0]
+        if top in FORBIDDEN_IMPORTS:
+            out.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
+        elif top == "kz_cuda" and name != "kz_cuda":
+            out.append(f"line {node.lineno}: import `kz_cuda` itself, not `{name}` (its internals are not public)")
+        for bad, what in OTHER_GPU_PATHS.items():
+            if name == bad or name.startswith(bad + "."):
+                out.append(f"line {node.lineno}: importing `{name}` is not allowed: {what}")
+    return out
+
+
+def _kernel_problems(tree: ast.Module) -> list[str]:
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    sources = [n for n in strings if is_kernel_source(n.value)]
+    if not sources:
+        return ['no CUDA kernel source: define a string holding `extern "C" __global__ void name(...)`']
+    if not any(sig.extern_c for n in sources for sig in parse_kernels(n.value).values()):
+        return [f'line {sources[0].lineno}: no kernel is declared extern "C" (the launcher finds kernels by name)']
+    return []
+
+
+def check_source(source: str) -> list[str]:
+    """Violations of the CUDA candidate rules; [] when the source passes. A source that does not parse passes
+    here and fails at load time as a compile error with its line number."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    mod = _Module(tree)
+    problems: list[str] = []
+    if mod.model_new is None:
+        problems.append("no `class ModelNew` defined")
+    elif "forward" not in mod.methods:
+        problems.append("`ModelNew` has no `forward` method")
+    problems += _kernel_problems(tree)
+    internals: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try):
+            problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            problems += _import_problems(node)
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if any(bad in dotted for bad in FORBIDDEN_ATTRS):
+                internals.setdefault(node.lineno, dotted)
+            elif dotted.startswith("kz_cuda.") and dotted.split(".")[1] not in PUBLIC:
+                internals.setdefault(node.lineno, dotted)
+    problems += [f"line {line}: `{name}` reaches into PyTorch or kzcore internals" for line, name in internals.items()]
+    seen = set()
+    for fn in mod.forward_path():
+        for v in _violations_in(fn, mod):
+            if v not in seen:
+                seen.add(v)
+                problems.append(v)
+    return problems
