@@ -69,7 +69,8 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     coder = state["metrics"]["01-coder"]
     assert coder["steps"] == 1 and "heldout_pass@1" in coder and "heldout_pass@2" in coder
     heldout = [json.loads(x) for x in (run / "heldout.jsonl").read_text().splitlines()]
-    assert heldout[0]["phase"] == "01-coder"
+    assert [h["phase"] for h in heldout] == ["00-base", "00-sft", "01-coder"]  # base, after SFT, after RL
+    assert "base_heldout_pass@1" in state["metrics"]["00-sft"] and "heldout_pass@2" in state["metrics"]["00-sft"]
     assert (run / "curves.png").stat().st_size > 0
     # held-out ReLU never reached distillation or the Coder's tasks
     sft_rows = [json.loads(x) for x in (run / "phases" / "00-distill" / "sft.jsonl").read_text().splitlines()]

@@ -110,8 +110,11 @@ class Trainer:
         return {"candidates": summary.candidates, "correct": summary.correct, "kept": summary.kept}
 
     def sft(self, phase: Phase, phase_dir: Path) -> dict:
+        """SFT on the distilled set; the held-out score of the base model (before) and of the result."""
         data = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / "sft.jsonl"
-        return run_sft(self.base, data, phase_dir / "model", self.config.sft)
+        base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
+        metrics = run_sft(self.base, data, phase_dir / "model", self.config.sft)
+        return {**base, **metrics, **self.evaluate_heldout(phase, phase_dir / "model")}
 
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
         settings = attrs.evolve(self.config.coder, max_steps=phase.steps)
@@ -221,8 +224,9 @@ def plot_curves(run_dir: Path) -> Path | None:
     axes[0].set_title("training reward")
     axes[0].legend()
     for key in sorted({k for h in heldout for k in h if k.startswith("heldout_pass@")}):
-        axes[1].plot([h["round"] for h in heldout], [h[key] for h in heldout], marker="o", label=key)
-    axes[1].set_xlabel("round")
+        axes[1].plot(range(len(heldout)), [h.get(key) for h in heldout], marker="o", label=key)
+    axes[1].set_xticks(range(len(heldout)), [h["phase"] for h in heldout], rotation=30)
+    axes[1].set_xlabel("after phase")
     axes[1].set_title("held-out pass@k")
     if heldout:
         axes[1].legend()
