@@ -1,0 +1,69 @@
+"""The learning-signal experiment's machinery: aggregation over seeds (pinned on synthetic curves) and a
+quick end-to-end run of both variants on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.learning_signal.run import HELDOUT, aggregate, markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_curve(run_dir: Path, values: list[float]) -> Path:
+    run_dir.mkdir(parents=True)
+    phases = ["00-base", "00-sft", "01-coder"]
+    rows = [{"phase": p, "heldout_pass@1": v, "heldout_pass@4": min(1.0, 2 * v)} for p, v in zip(phases, values)]
+    (run_dir / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_aggregate_means_spreads_and_verdict(tmp_path):
+    runs = {
+        "full": {0: write_curve(tmp_path / "f0", [0.0, 0.2, 0.4]), 1: write_curve(tmp_path / "f1", [0.0, 0.1, 0.2])},
+        "frozen": {0: write_curve(tmp_path / "z0", [0.1, 0.1, 0.1]), 1: write_curve(tmp_path / "z1", [0.0, 0.1, 0.0])},
+    }
+    report = aggregate(runs, (1, 4))
+    full = report["full/pass@1"]
+    assert [p["phase"] for p in full["phases"]] == ["00-base", "00-sft", "01-coder"]
+    assert full["phases"][2]["mean"] == pytest.approx(0.3) and full["phases"][2]["std"] == pytest.approx(0.1)
+    assert full["gain_mean"] == pytest.approx(0.3) and full["gain_exceeds_spread"]
+    frozen = report["frozen/pass@1"]
+    assert frozen["gain_mean"] == pytest.approx(0.0) and not frozen["gain_exceeds_spread"]
+    assert "| full/pass@1 | 0.000 ± 0.000 | 0.150 ± 0.050 | 0.300 ± 0.100 | +0.300 ± 0.100 | True |" in markdown(report)
+
+
+def test_quick_run_of_both_variants_on_a_tiny_model(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("KZ_LOAD_PLUGINS", None)
+    cmd = [
+        sys.executable,
+        "experiments/learning_signal/run.py",
+        "--model",
+        "tiny",
+        "--quick",
+        "--seeds",
+        "0",
+        "--runs",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report["report"]) == {"full/pass@1", "full/pass@2", "frozen/pass@1", "frozen/pass@2"}
+    assert [p["phase"] for p in report["report"]["full/pass@1"]["phases"]] == ["00-base", "00-sft", "01-coder"]
+    assert list(report["meta"]["heldout"]) == list(HELDOUT)
+    frozen_done = json.loads((tmp_path / "frozen-seed0" / "state.json").read_text())["done"]
+    assert "01-proposer" in frozen_done  # frozen after round 1: round 1 still trains the Proposer
+    sft_rows = [
+        json.loads(x)
+        for x in (tmp_path / "full-seed0" / "phases" / "00-distill" / "sft.jsonl").read_text().splitlines()
+    ]
+    assert not {r["problem"] for r in sft_rows} & set(HELDOUT)
+    assert (tmp_path / "curves.png").stat().st_size > 0
