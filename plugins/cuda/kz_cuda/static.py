@@ -1,7 +1,7 @@
 """Static checks for CUDA candidates, from the AST alone (nothing is imported, compiled or run).
 
 The forward-path analysis (which PyTorch calls ``ModelNew.forward`` and the functions it reaches may make)
-is kz_triton's, reused read-only so both languages enforce the same allowlist. On top of it: a kernel
+is the core's (kzcore.evaluate.static), shared with kz_triton so both languages enforce the same allowlist. On top of it: a kernel
 source string with an ``extern "C" __global__`` kernel, the launcher used only through kz_cuda's public
 names, and no other way to reach the GPU (cupy, numba, pycuda, cuda-python, Triton, ``load_inline``).
 """
@@ -12,9 +12,10 @@ import ast
 
 from kz_cuda.runtime import is_kernel_source
 from kz_cuda.signature import parse_kernels
-from kz_triton.static import FORBIDDEN_ATTRS, FORBIDDEN_IMPORTS, _dotted, _Module, _violations_in
+from kzcore.evaluate.static import FORBIDDEN_ATTRS, FORBIDDEN_IMPORTS, ModuleInfo, dotted, forward_violations
 
 PUBLIC = frozenset("load_kernels i32 u32 i64 u64 f32 f64".split())
+FORBIDDEN = FORBIDDEN_IMPORTS | {"kz_triton"}
 OTHER_GPU_PATHS = {
     "cupy": "cupy",
     "numba": "numba",
@@ -41,7 +42,7 @@ def _import_problems(node: ast.Import | ast.ImportFrom) -> list[str]:
         modules = [a.name for a in node.names]
     for name in modules:
         top = name.split(".")[0]
-        if top in FORBIDDEN_IMPORTS:
+        if top in FORBIDDEN:
             out.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
         elif top == "kz_cuda" and name != "kz_cuda":
             out.append(f"line {node.lineno}: import `kz_cuda` itself, not `{name}` (its internals are not public)")
@@ -68,7 +69,7 @@ def check_source(source: str) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    mod = _Module(tree)
+    mod = ModuleInfo(tree)
     problems: list[str] = []
     if mod.model_new is None:
         problems.append("no `class ModelNew` defined")
@@ -82,16 +83,10 @@ def check_source(source: str) -> list[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             problems += _import_problems(node)
         elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if any(bad in dotted for bad in FORBIDDEN_ATTRS):
-                internals.setdefault(node.lineno, dotted)
-            elif dotted.startswith("kz_cuda.") and dotted.split(".")[1] not in PUBLIC:
-                internals.setdefault(node.lineno, dotted)
+            path = dotted(node)
+            if any(bad in path for bad in FORBIDDEN_ATTRS):
+                internals.setdefault(node.lineno, path)
+            elif path.startswith("kz_cuda.") and path.split(".")[1] not in PUBLIC:
+                internals.setdefault(node.lineno, path)
     problems += [f"line {line}: `{name}` reaches into PyTorch or kzcore internals" for line, name in internals.items()]
-    seen = set()
-    for fn in mod.forward_path():
-        for v in _violations_in(fn, mod):
-            if v not in seen:
-                seen.add(v)
-                problems.append(v)
-    return problems
+    return problems + forward_violations(mod)

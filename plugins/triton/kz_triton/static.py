@@ -1,133 +1,25 @@
 """Static checks for Triton candidates, from the AST alone (nothing is imported or run).
 
 The forward path is ``ModelNew.forward`` plus every module-level function and ``ModelNew`` method it
-calls, transitively; ``@triton.jit`` kernels are not part of it. In that path only these PyTorch calls are
-allowed (documented in docs/plugins.md and in the prompt): allocation, views, and shape queries.
+reaches; ``@triton.jit`` kernels are not part of it. The shared analysis (kzcore.evaluate.static) allows
+only allocation, views and shape queries there (documented in docs/plugins.md and in the prompt).
 """
 
 from __future__ import annotations
 
 import ast
 
-TORCH_ALLOWED = frozenset(
-    """empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange
-    device dtype Size float32 float16 bfloat16 float64 int32 int64 int8 uint8 bool is_tensor""".split()
-)
-METHOD_ALLOWED = frozenset(
-    """view reshape contiguous permute transpose t size stride numel dim unsqueeze squeeze flatten expand
-    new_empty new_zeros new_full empty_like data_ptr is_contiguous element_size item""".split()
-)
-# Tensor methods that compute; a call `x.<name>(...)` in the forward path is a violation.
-METHOD_COMPUTE = frozenset(
-    """abs add add_ addmm all amax amin any argmax argmin baddbmm bmm ceil clamp clamp_ clamp_min cos cumsum
-    div div_ dot einsum eq exp exp_ expm1 float floor gather ge gelu gt half double bfloat16 index_select le log
-    log1p log_softmax logsumexp lt masked_fill matmul max maximum mean min minimum mm mul mul_ mv ne neg norm
-    pow prod reciprocal relu relu_ round rsqrt scatter sigmoid sign sin softmax sort sqrt square std sub sub_
-    sum tanh topk tril triu var where conv1d conv2d conv3d linear layer_norm batch_norm""".split()
-)
-TORCH_NAMES = ("torch", "F", "nn", "functional")
-# Modules a kernel module has no business importing: other threads/processes escape the timer and the
-# runtime guard; the harness's own modules and ctypes/gc let a candidate tamper with the evaluator.
-FORBIDDEN_IMPORTS = frozenset(
-    "threading _thread concurrent multiprocessing subprocess ctypes gc kzcore kz_triton".split()
-)
-FORBIDDEN_ATTRS = ("sys.modules", "torch._C", "_python_dispatch", "torch.ops")
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
+from kzcore.evaluate.static import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
 
 
 def _is_jit(dec: ast.AST) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
-    return _dotted(target).split(".")[-1] == "jit"
+    return dotted(target).split(".")[-1] == "jit"
 
 
-def _is_triton_kernel(fn: ast.FunctionDef) -> bool:
+def is_triton_kernel(fn: ast.FunctionDef) -> bool:
     """Decorated with ``triton.jit`` (alone or under autotune/heuristics)."""
     return any(_is_jit(d) for d in fn.decorator_list)
-
-
-class _Module:
-    def __init__(self, tree: ast.Module):
-        self.functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.kernels = {name for name, fn in self.functions.items() if _is_triton_kernel(fn)}
-        self.model_new = self.classes.get("ModelNew")
-        self.methods = (
-            {n.name: n for n in self.model_new.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            if self.model_new
-            else {}
-        )
-        self.submodules = self._submodule_attrs()
-
-    def _submodule_attrs(self) -> dict[str, str]:
-        """self.<attr> = nn.<Module>(...) assignments in ModelNew.__init__."""
-        init = self.methods.get("__init__")
-        out = {}
-        for node in ast.walk(init) if init else ():
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                ctor = _dotted(node.value.func)
-                if ctor.startswith(("nn.", "torch.nn.")) and ctor.split(".")[-1] not in ("Parameter", "ParameterList"):
-                    for t in node.targets:
-                        if isinstance(t, ast.Attribute) and _dotted(t.value) == "self":
-                            out[t.attr] = ctor
-        return out
-
-    def forward_path(self) -> list[ast.FunctionDef]:
-        """forward plus the module functions and ModelNew methods reachable from it (kernels excluded)."""
-        start = self.methods.get("forward")
-        if start is None:
-            return []
-        seen, stack, path = set(), [start], []
-        while stack:
-            fn = stack.pop()
-            if id(fn) in seen:
-                continue
-            seen.add(id(fn))
-            path.append(fn)
-            for node in ast.walk(fn):
-                # any reference counts, not only calls: Thread(target=helper) or map(helper, ...) run it too
-                name = _dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
-                if name in self.functions and name not in self.kernels:
-                    stack.append(self.functions[name])
-                elif name.startswith("self.") and name[5:] in self.methods:
-                    stack.append(self.methods[name[5:]])
-        return path
-
-
-def _violations_in(fn: ast.FunctionDef, mod: _Module) -> list[str]:
-    out = []
-    for node in ast.walk(fn):
-        line = getattr(node, "lineno", "?")
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-            out.append(f"line {line}: `@` (matrix multiply) on tensors in the forward path")
-        if not isinstance(node, ast.Call):
-            if isinstance(node, ast.Name) and node.id == "Model":
-                out.append(f"line {line}: uses the reference `Model` class")
-            continue
-        name = _dotted(node.func)
-        head, _, last = name.rpartition(".")
-        if head and head.split(".")[0] in TORCH_NAMES and name.split(".")[0] in TORCH_NAMES:
-            if head.split(".")[0] == "torch" and "." not in head and last in TORCH_ALLOWED:
-                continue
-            if head in ("torch.cuda",) or head.startswith("torch.cuda."):
-                continue
-            out.append(f"line {line}: calls `{name}` (PyTorch compute) in the forward path")
-        elif name.startswith("self.") and name[5:] in mod.submodules:
-            out.append(f"line {line}: calls submodule `{name}` ({mod.submodules[name[5:]]}) instead of a kernel")
-        elif head and last in METHOD_COMPUTE and not head.startswith(("tl", "triton", "math")):
-            out.append(f"line {line}: calls tensor method `.{last}()` (PyTorch compute) in the forward path")
-        elif name in ("getattr", "eval", "exec", "__import__", "compile"):
-            out.append(f"line {line}: calls `{name}` in the forward path (dynamic dispatch is not allowed)")
-    return out
 
 
 def check_source(source: str) -> list[str]:
@@ -137,29 +29,13 @@ def check_source(source: str) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    mod = _Module(tree)
-    problems, internals = [], {}
+    mod = ModuleInfo(tree, is_triton_kernel)
+    problems = []
     if mod.model_new is None:
         problems.append("no `class ModelNew` defined")
     elif "forward" not in mod.methods:
         problems.append("`ModelNew` has no `forward` method")
     if not mod.kernels:
         problems.append("no `@triton.jit` kernel defined")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try):
-            problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for name in names:
-                if name.split(".")[0] in FORBIDDEN_IMPORTS:
-                    problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
-        elif isinstance(node, ast.Attribute) and any(bad in _dotted(node) for bad in FORBIDDEN_ATTRS):
-            internals.setdefault(node.lineno, _dotted(node))  # ast.walk meets the outermost attribute first
-    problems += [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
-    seen = set()
-    for fn in mod.forward_path():
-        for v in _violations_in(fn, mod):
-            if v not in seen:
-                seen.add(v)
-                problems.append(v)
-    return problems
+    problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
+    return problems + forward_violations(mod)
