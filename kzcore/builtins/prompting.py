@@ -24,6 +24,29 @@ PRINCIPLES = """Apply these optimisation principles where they pay:
 
 TEMPLATES = ("kernelbench", "principles")
 
+# KernelBench's one-shot example problem; each language plugin supplies its own answer to it.
+EXAMPLE_ARCHITECTURE = """import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def one_shot(answer: str) -> str:
+    """The one-shot example section: the example architecture, then ``answer`` (a fenced solution)."""
+    return f"Given this architecture:\n```python\n{EXAMPLE_ARCHITECTURE}```\na correct answer is:\n{answer}"
+
 
 @hookimpl(trylast=True)
 def kz_prompt_sections(language, problem, template):

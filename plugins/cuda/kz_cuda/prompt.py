@@ -1,6 +1,8 @@
 """The cuda language's prompt sections: its rules, the launcher API (kept to 25 lines, a test counts them)
 and a one-shot example (KernelBench's elementwise add)."""
 
+from kzcore.builtins.prompting import one_shot
+
 RULES = """Write the kernels in CUDA C++ inside a Python string; kz_cuda compiles it with NVRTC (no nvcc).
 - Declare every kernel you launch as `extern "C" __global__ void name(...)`. NVRTC sees no headers: do not
   #include anything (int8_t..uint64_t, INFINITY, NAN, FLT_MAX, INT_MAX and math functions like expf exist).
@@ -27,26 +29,8 @@ relu(grid=(blocks,), block=(256,), args=(x, out, i32(n)), shared_mem=0)
 - shared_mem: bytes of dynamic shared memory (`extern __shared__ float buf[];`), default 0.
 - Launches run asynchronously on torch's current stream; never synchronize inside forward."""
 
-EXAMPLE = """Given this architecture:
-```python
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a + b
-
-
-def get_inputs():
-    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
-
-
-def get_init_inputs():
-    return []
-```
-a correct answer is:
-```python
+EXAMPLE = one_shot(
+    """```python
 import torch
 from torch import nn
 
@@ -71,3 +55,4 @@ class ModelNew(nn.Module):
         add_kernel(grid=((n + 255) // 256,), block=(256,), args=(a, b, out, i64(n)))
         return out
 ```"""
+)

@@ -1,5 +1,7 @@
 """The Triton language's prompt sections: its rules and a one-shot example (KernelBench's elementwise add)."""
 
+from kzcore.builtins.prompting import one_shot
+
 RULES = """Write the kernels in Triton (`import triton`, `import triton.language as tl`, `@triton.jit`).
 - `ModelNew.forward` may only allocate outputs (`torch.empty`, `torch.empty_like`, `torch.zeros`, `new_empty`),
   take views and shapes (`view`, `reshape`, `contiguous`, `permute`, `transpose`, `size`, `stride`, `shape`,
@@ -9,26 +11,8 @@ RULES = """Write the kernels in Triton (`import triton`, `import triton.language
 - Create the same parameters as `Model`, in the same order (e.g. keep `self.linear = nn.Linear(...)` and pass
   `self.linear.weight` to your kernel). Inputs are read-only. Mask every load and store."""
 
-EXAMPLE = """Given this architecture:
-```python
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a + b
-
-
-def get_inputs():
-    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
-
-
-def get_init_inputs():
-    return []
-```
-a correct answer is:
-```python
+EXAMPLE = one_shot(
+    """```python
 import torch
 import triton
 import triton.language as tl
@@ -52,3 +36,4 @@ class ModelNew(nn.Module):
         add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
         return out
 ```"""
+)
