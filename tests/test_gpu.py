@@ -35,6 +35,25 @@ def test_poison_fills_freed_blocks_without_growing_the_cache():
     assert torch.isnan(y).all(), "a fresh torch.empty block must read NaN after poisoning"
 
 
+def test_poison_reaches_blocks_freed_on_a_side_stream_and_small_blocks():
+    import torch
+
+    from kzcore.evaluate.memory import poison_free_cache
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        a = torch.ones(1 << 22, device="cuda")
+    small = torch.ones(1000, device="cuda")
+    torch.cuda.synchronize()
+    del a, small
+    poison_free_cache()
+    with torch.cuda.stream(side):
+        b = torch.empty(1 << 22, device="cuda")
+        assert torch.isnan(b).all(), "a block cached on a side stream must be poisoned too"
+    c = torch.empty(1000, device="cuda")
+    assert torch.isnan(c).all(), "a small-pool block must be poisoned too"
+
+
 def test_full_size_reference_solutions_are_correct_and_timed(plugins, tmp_path):
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "11_Softmax", "19_Matmul")]

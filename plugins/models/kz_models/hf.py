@@ -129,7 +129,8 @@ class SampledLogprobs:
 
         if self.previous is None:
             return torch.zeros(generated.shape, dtype=torch.float32)
-        steps = [*self.steps, self.previous.gather(1, generated[:, -1:]).squeeze(1)]
+        last = generated[:, -1:].to(self.previous.device)
+        steps = [*self.steps, self.previous.gather(1, last).squeeze(1)]
         return torch.stack(steps, dim=1).cpu()
 
 
