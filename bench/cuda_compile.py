@@ -3,23 +3,103 @@
 For each solution: every kernel string compiled from a cold cache `--repeats` times (median and min), and
 one cache hit. Also the process's first compile (loading libnvrtc included) and importing kz_cuda. Runs the same on a CPU-only
 machine and on a GPU machine (NVRTC needs no GPU); on a GPU it compiles for that GPU's architecture.
-The cuda-inline dialect (load_inline builds) is not built yet, so it is not timed.
+
+With ``--inline`` it also times the cuda-inline dialect on the same problems: each built-in cuda-inline solution
+imported from a cold disk cache (a fresh temporary KZ_CACHE per repeat: torch's load_inline runs nvcc and the
+host compiler), then again from the warm cache, and the prebuild of all of them in parallel CPU processes; with
+the ratio of the cold build to the NVRTC median of the same problem. That needs a CUDA build of torch and nvcc;
+elsewhere the report says why it was not timed.
 
     python bench/cuda_compile.py --out bench/results/<date>-cpu-cuda-compile.json
+    python bench/cuda_compile.py --inline --out bench/results/<date>-h200-cuda-compile.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "cuda"
+INLINE_SOLUTIONS = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "cuda-inline"
+
+
+def _fresh_cache() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="kz-bench-cache-"))
+    os.environ["KZ_CACHE"] = str(path)
+    return path
+
+
+def time_inline(per_solution: dict, repeats: int) -> dict:
+    """Cold and warm load_inline builds of the cuda-inline solutions, and their parallel prebuild."""
+    import torch
+
+    from kz_cuda import inline
+    from kz_cuda.prebuild import build_workers, prebuild
+
+    if not inline.can_build_cuda():
+        return {"not_timed": f"this torch ({torch.__version__}) cannot build CUDA extensions (needs CUDA torch + nvcc)"}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    saved = os.environ.get("KZ_CACHE")
+    paths = sorted(INLINE_SOLUTIONS.glob("level*/*.py"))
+    out: dict = {"device": device, "arch": inline.current_arch(), "toolchain": inline.toolchain(), "per_solution": {}}
+    try:
+        for path in paths:
+            key = f"{path.parent.name}/{path.stem}"
+            cold = []
+            for r in range(repeats):
+                cache = _fresh_cache()
+                copy = cache / f"kz_bench_{path.parent.name}_{path.stem}_{r}.py"
+                copy.write_text(path.read_text())
+                t = time.perf_counter()
+                inline.load_module(copy, device)
+                cold.append(time.perf_counter() - t)
+            warm_copy = copy.with_name(copy.stem + "_warm.py")
+            warm_copy.write_text(path.read_text())
+            inline.take_events()
+            t = time.perf_counter()
+            inline.load_module(warm_copy, device)
+            warm = time.perf_counter() - t
+            assert [e["status"] for e in inline.take_events()] == ["cached"]
+            shutil.rmtree(cache, ignore_errors=True)
+            entry = {"cold_median_s": round(statistics.median(cold), 3), "cold_s": [round(c, 3) for c in cold]}
+            entry["warm_s"] = round(warm, 4)
+            nvrtc = per_solution.get(key)
+            if nvrtc:
+                entry["nvrtc_median_s"] = nvrtc["median_s"]
+                entry["cold_over_nvrtc"] = round(entry["cold_median_s"] / nvrtc["median_s"], 1)
+            out["per_solution"][key] = entry
+        cache = _fresh_cache()
+        workers = build_workers(len(paths))
+        t = time.perf_counter()
+        outcomes = prebuild([p.read_text() for p in paths], workers)
+        out["prebuild"] = {
+            "solutions": len(paths),
+            "workers": workers,
+            "wall_s": round(time.perf_counter() - t, 3),
+            "statuses": [o.status.value for o in outcomes],
+            "per_process_s": [o.seconds for o in outcomes],
+        }
+        shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        if saved is None:
+            os.environ.pop("KZ_CACHE", None)
+        else:
+            os.environ["KZ_CACHE"] = saved
+    colds = [v["cold_median_s"] for v in out["per_solution"].values()]
+    ratios = [v["cold_over_nvrtc"] for v in out["per_solution"].values() if "cold_over_nvrtc" in v]
+    out["median_cold_s"] = round(statistics.median(colds), 3)
+    if ratios:
+        out["median_cold_over_nvrtc"] = round(statistics.median(ratios), 1)
+    return out
 
 
 def main() -> int:
@@ -27,6 +107,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--arch", default=None, help="default: this GPU's own, else sm_90")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--inline", action="store_true", help="also time cuda-inline (load_inline) builds")
+    parser.add_argument("--inline-repeats", type=int, default=1, help="cold builds per cuda-inline solution")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -77,7 +159,7 @@ def main() -> int:
         "median_of_medians_s": round(statistics.median(medians), 4),
         "max_median_s": round(max(medians), 4),
         "per_solution": per_solution,
-        "cuda_inline": "not built yet: not timed",
+        "cuda_inline": time_inline(per_solution, args.inline_repeats) if args.inline else "not asked for (--inline)",
     }
     text = json.dumps(report, indent=2)
     print(text)

@@ -1,25 +1,33 @@
 """Fault tolerance of the evaluator: a stream of candidates mixing faults, cheats and good kernels through
 one worker pool. Prints JSON (and writes --out): counts per expected/actual status, lost results, harness
-crashes, good kernels misfiled. Targets: 0 lost, 0 harness crashes, 0 good kernels misfiled.
+crashes, good kernels misfiled, and what got past the sandbox (connections a local server received, signals
+this process received, `sleep` processes left running). Targets: 0 lost, 0 harness crashes, 0 good kernels
+misfiled, nothing past the sandbox.
 
     python bench/faults.py --n 200 --out bench/results/faults.json     (CPU: Triton interpreter, small sizes)
+    python bench/faults.py --n 200 --device cuda                       (adds the GPU-only faults)
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import os
 import platform
 import random
+import signal
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ADVERSARIAL = ROOT / "tests" / "adversarial"
 
-# candidate file (on built-in 1_ReLU unless noted) -> the statuses that are right for it
+# candidate file under tests/adversarial (on built-in 1_ReLU) -> the statuses that are right for it
 EXPECTED = {
     "crash_segv": {"runtime_error"},
     "infinite_loop": {"timeout"},
@@ -33,28 +41,103 @@ EXPECTED = {
     "try_fallback": {"static_check_failed"},
     "syntax_error": {"compile_error"},
     "oob_write": {"runtime_error", "incorrect", "correct"},  # CPU interpreter: may not fault; GPU: runtime_error
+    # faults/ (tests/test_faults.py): a fault that harms only itself leaves a correct kernel correct
+    "faults/abort": {"runtime_error"},
+    "faults/sys_exit": {"runtime_error"},
+    "faults/sys_exit_import": {"runtime_error"},
+    "faults/os_exit": {"runtime_error"},
+    "faults/os_exit_import": {"runtime_error"},
+    "faults/fork_bomb": {"static_check_failed"},
+    "faults/subprocess_spawn": {"static_check_failed"},
+    "faults/spawn_hidden": {"runtime_error"},
+    "faults/kill_parent": {"runtime_error"},
+    "faults/ignore_sigterm": {"timeout"},
+    "faults/alarm_later": {"correct"},
+    "faults/gpu_hang": {"timeout"},  # the CPU interpreter spins in Python: the same deadline ends it
+    "faults/stdout_flood": {"correct"},
+    "faults/close_fds": {"correct"},
+    "faults/close_pipe": {"runtime_error"},
+    "faults/dup2_stdout": {"runtime_error"},
+    "faults/chdir_away": {"correct"},
+    "faults/delete_workdir": {"correct"},
+    "faults/host_oom": {"runtime_error"},
+    "faults/network_connect": {"runtime_error"},
+    "faults/env_secrets": {"correct"},
+}
+GPU_ONLY = {
+    "faults/gpu_oom": {"runtime_error"},
 }
 GOOD = "good"
+PROBE = "faults/probe_clean_worker"  # a good kernel that fails when an earlier fault left the worker dirty
+PLANTED = {"HF_TOKEN": "hf_kzbench", "AWS_SECRET_ACCESS_KEY": "kzbench", "OPENAI_API_KEY": "sk-kzbench"}
 
 
-def candidates(n: int, seed: int):
+def fault_source(kind: str, constants: dict) -> str:
+    """The candidate file, with module constants it declares (``PORT = 9``) set from ``constants``."""
+    source = (ADVERSARIAL / f"{kind}.py").read_text()
+    for name, value in constants.items():
+        lines = [line for line in source.splitlines() if line.startswith(f"{name} = ")]
+        if len(lines) == 1:
+            source = source.replace(lines[0], f"{name} = {value!r}")
+    return source
+
+
+def candidates(n: int, seed: int, expected: dict, constants: dict):
     from kzcore.problems import load_problems, load_solutions
 
     problems = load_problems("builtin:1")
     relu = next(p for p in problems if p.name == "1_ReLU")
     good = {c.problem: c for c in load_solutions("builtin", problems, "triton")}
     rng = random.Random(seed)
-    kinds = list(EXPECTED) + [GOOD] * len(EXPECTED)  # half good kernels
+    kinds = list(expected) + [GOOD] * (len(expected) - 2) + [PROBE] * 2  # half good kernels
+    drawn = list(expected)[:n] + [rng.choice(kinds) for _ in range(n - len(expected))]  # every fault at least once
+    rng.shuffle(drawn)
     out = []
-    for i in range(n):
-        kind = rng.choice(kinds)
+    for i, kind in enumerate(drawn):
         if kind == GOOD:
             problem = rng.choice(problems)
             out.append((kind, problem, good[problem.name].source))
         else:
-            out.append((kind, relu, (ADVERSARIAL / f"{kind}.py").read_text()))
+            out.append((kind, relu, fault_source(kind, constants)))
         out[-1] = (*out[-1], i)
     return problems, out
+
+
+@contextlib.contextmanager
+def listening_server():
+    """A TCP server on 127.0.0.1 for the network fault: yields its port and the list of what it received."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
+    received, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(2)
+                    received.append(conn.recv(4096)[:100].decode(errors="replace"))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], received
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def sleepers() -> set[int]:
+    """`sleep 59.9` processes now running (what the process faults try to start)."""
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if (entry / "cmdline").read_bytes() == b"sleep\x0059.9\x00" and "State:\tZ" not in (
+                entry / "status"
+            ).read_text():
+                found.add(int(entry.name))
+    return found
 
 
 def main() -> int:
@@ -63,16 +146,28 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=20.0)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="cuda adds GPU-only faults")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    with listening_server() as (port, received), contextlib.ExitStack() as stack:
+        signals: list[int] = []
+        previous = signal.signal(signal.SIGUSR1, lambda *_: signals.append(1))
+        stack.callback(signal.signal, signal.SIGUSR1, previous)
+        os.environ.update(PLANTED)  # fake credentials the env_secrets fault must not see
+        return run(args, {"PORT": port, "TARGET_PID": os.getpid()}, received, signals)
 
-    from kzcore.executors.local import LocalPool
+
+def run(args, constants: dict, received: list, signals: list) -> int:
+    from kzcore.executors.local import LocalPool, resolve_device
     from kzcore.plugins import get_plugin_manager, plugin_specs
     from kzcore.results import package_versions
     from kzcore.types import Candidate, EvalConfig, EvalJob
 
-    problems, items = candidates(args.n, args.seed)
-    config = EvalConfig(trials=2, timeout_s=args.timeout)
+    device = resolve_device(args.device)
+    expected = dict(EXPECTED, **(GPU_ONLY if device == "cuda" else {}))
+    problems, items = candidates(args.n, args.seed, expected, constants)
+    sleeping_before = sleepers()
+    config = EvalConfig(device=device, trials=2, timeout_s=args.timeout)
     jobs, kind_of = [], {}
     for kind, problem, source, i in items:
         cand = Candidate(
@@ -91,6 +186,7 @@ def main() -> int:
     finally:
         pool.close()
     wall = time.perf_counter() - t0
+    time.sleep(0.5)  # let a late signal or connection arrive
 
     by_sample = {r.sample: r for r in results}
     table = collections.defaultdict(collections.Counter)
@@ -100,11 +196,11 @@ def main() -> int:
         if r is None:
             continue
         table[kind][r.status.value] += 1
-        if kind == GOOD and not r.correct:
+        if kind in (GOOD, PROBE) and not r.correct:
             misfiled_good.append(
                 {"sample": i, "problem": r.problem, "status": r.status.value, "message": r.message[:200]}
             )
-        elif kind != GOOD and r.status.value not in EXPECTED[kind]:
+        elif kind not in (GOOD, PROBE) and r.status.value not in expected[kind]:
             wrong.append({"sample": i, "kind": kind, "status": r.status.value, "message": r.message[:200]})
     report = {
         "bench": "faults",
@@ -120,17 +216,28 @@ def main() -> int:
         "good_misfiled": len(misfiled_good),
         "faults_with_unexpected_status": len(wrong),
         "workers_replaced": pool.replaced,
+        "sandbox": pool.info.get("sandbox"),
+        "network_connections_received": len(received),
+        "signals_received": len(signals),
+        "sleep_processes_left": len(sleepers() - sleeping_before),
         "wall_s": round(wall, 2),
         "per_kind": {k: dict(v) for k, v in sorted(table.items())},
         "misfiled_good": misfiled_good,
         "unexpected": wrong,
-        "targets": {"lost_results": 0, "harness_crashes": 0, "good_misfiled": 0},
+        "targets": {
+            "lost_results": 0,
+            "harness_crashes": 0,
+            "good_misfiled": 0,
+            "network_connections_received": 0,
+            "signals_received": 0,
+            "sleep_processes_left": 0,
+        },
     }
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
-    ok = report["lost_results"] == 0 and report["harness_crashes"] == 0 and report["good_misfiled"] == 0
+    ok = all(report[name] == 0 for name in report["targets"])
     return 0 if ok and not wrong else 1
 
 

@@ -5,7 +5,9 @@ evaluations per minute, and each problem's verdict and speedup. Triton's cache s
 candidate pays its own kernel compilation, as a new RL rollout would.
 
     python bench/harness.py --levels 1,2 --out bench/results/harness.json
-Targets (one H200, level 1): median end-to-end <= 1.0 s per candidate, >= 100 evaluations/min.
+    python bench/harness.py --levels 1,2 --scaling --repeat 3 --out scaling.json   # 1 GPU vs all GPUs
+Targets (one H200, level 1): median end-to-end <= 1.0 s per candidate, >= 100 evaluations/min; all GPUs
+(two) >= 1.8x the throughput of one.
 """
 
 from __future__ import annotations
@@ -24,17 +26,21 @@ from pathlib import Path
 def throughput_pass(problems, candidates, by_key, args, pm) -> dict:
     """All candidates submitted at once to a pool with several workers per GPU (timing stays exclusive
     through the per-GPU lock), Triton cache empty again: evaluations per minute, per level."""
+    import attrs
+
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import plugin_specs
     from kzcore.types import EvalConfig, EvalJob
 
     config = EvalConfig(device=args.device, size=args.size, workers_per_gpu=args.workers_per_gpu)
-    out = {"workers_per_gpu": args.workers_per_gpu}
+    out = {"workers_per_gpu": args.workers_per_gpu, "repeat": args.repeat}
     for level in sorted({c.level for c in candidates}):
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")
         pool = LocalPool(config=config, plugins=plugin_specs(pm)).start()
+        out["gpus"] = len(set(pool.slots))
         jobs = [
-            EvalJob(problem=by_key[(c.level, c.problem)], candidate=c, config=config)
+            EvalJob(problem=by_key[(c.level, c.problem)], candidate=attrs.evolve(c, sample=r), config=config)
+            for r in range(args.repeat)
             for c in candidates
             if c.level == level
         ]
@@ -61,8 +67,13 @@ def main() -> int:
     parser.add_argument("--size", default="auto")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--workers-per-gpu", type=int, default=3, help="for the throughput pass")
+    parser.add_argument("--repeat", type=int, default=1, help="throughput pass: each candidate this many times")
+    parser.add_argument("--throughput-only", action="store_true", help="skip the one-at-a-time latency pass")
+    parser.add_argument("--scaling", action="store_true", help="throughput on 1 GPU vs all GPUs (subprocesses)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.scaling:
+        return scaling(args)
 
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import get_plugin_manager, plugin_specs
@@ -74,6 +85,10 @@ def main() -> int:
     problems = load_problems(f"builtin:{args.levels}")
     candidates = load_solutions("builtin", problems, "triton")
     by_key = {(p.level, p.name): p for p in problems}
+    if args.throughput_only:
+        report = {"bench": "harness-throughput", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "throughput": throughput_pass(problems, candidates, by_key, args, pm)}  # fmt: skip
+        return _write(report, args.out)
     config = EvalConfig(device=args.device, size=args.size)
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # empty cache
     pool = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(pm))
@@ -140,12 +155,55 @@ def main() -> int:
         "targets": {"e2e_median_s_max": 1.0, "evals_per_min_min": 100},
         "results": rows,
     }
+    return _write(report, args.out)
+
+
+def _write(report: dict, out: str | None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
     return 0
+
+
+def scaling(args) -> int:
+    """The throughput pass in a subprocess that sees 1 GPU, then one that sees all of them (same workload,
+    each with an empty Triton cache): evaluations per minute and their ratio."""
+    import subprocess
+
+    import torch
+
+    from kzcore.results import package_versions
+
+    n = torch.cuda.device_count()
+    if n < 2:
+        print(f"--scaling needs at least 2 GPUs; this machine has {n}", file=sys.stderr)
+        return 1
+    runs = {}
+    for gpus in (1, n):
+        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(gpus)))
+            cmd = [sys.executable, __file__, "--throughput-only", "--levels", args.levels, "--repeat",
+                   str(args.repeat), "--workers-per-gpu", str(args.workers_per_gpu), "--out", tmp.name]  # fmt: skip
+            subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+            runs[gpus] = json.loads(Path(tmp.name).read_text())["throughput"]
+    total = {g: sum(v["candidates"] for k, v in r.items() if k.startswith("level")) for g, r in runs.items()}
+    wall = {g: sum(v["wall_s"] for k, v in r.items() if k.startswith("level")) for g, r in runs.items()}
+    per_min = {g: round(60 * total[g] / wall[g], 2) for g in runs}
+    report = {
+        "bench": "harness-scaling",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": platform.node(),
+        "device": torch.cuda.get_device_name(0),
+        "gpus": n,
+        "packages": package_versions(),
+        "evals_per_min": {f"{g}gpu": v for g, v in per_min.items()},
+        "ratio": round(per_min[n] / per_min[1], 3),
+        "target_ratio_min": 1.8,
+        "runs": {f"{g}gpu": r for g, r in runs.items()},
+    }
+    return _write(report, args.out)
 
 
 if __name__ == "__main__":

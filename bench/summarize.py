@@ -20,26 +20,29 @@ def _short(value, depth: int = 0):
     return value
 
 
-def summarize(path: Path) -> list[str]:
+def summarize(path: Path, brief: bool = False) -> list[str]:
+    """Scalars and summary dicts (each line cut to 400 characters), then one line per result (not brief)."""
     data = json.loads(path.read_text())
     lines = [f"# {path.name}"]
     for key, value in data.items():
-        if key in ("results", "environment", "versions"):
+        if key in ("results", "environment", "versions", "packages", "runs"):
             continue
-        lines.append(f"{key}: {_short(value)}")
-    for row in data.get("results", [])[:60]:
+        lines.append(f"{key}: {_short(value)}"[:400])
+    for row in [] if brief else data.get("results", [])[:60]:
         if isinstance(row, dict):
             lines.append("  " + " ".join(f"{k}={_short(v)}" for k, v in row.items() if not isinstance(v, (dict, list))))
     return lines
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python bench/summarize.py FILE.json [...]", file=sys.stderr)
+    brief = "--brief" in argv
+    names = [a for a in argv if a != "--brief"]
+    if not names:
+        print("usage: python bench/summarize.py [--brief] FILE.json [...]", file=sys.stderr)
         return 2
-    for name in argv:
+    for name in names:
         try:
-            print("\n".join(summarize(Path(name))))
+            print("\n".join(summarize(Path(name), brief)))
         except (OSError, ValueError) as error:
             print(f"{name}: cannot summarize: {error}", file=sys.stderr)
             return 1

@@ -116,8 +116,14 @@ def _config_from(args):
         rtol=args.rtol,
         timeout_s=args.timeout,
         reps=args.reps,
+        min_reps=args.min_reps,
+        timing_precision=args.timing_precision,
         tf32=args.tf32,
         workers_per_gpu=args.workers_per_gpu,
+        input_variation=args.input_variation,
+        input_scale_decades=args.input_scale_decades,
+        second_shape="" if args.second_shape in ("", "none") else args.second_shape,
+        implausible_speedup=args.implausible_speedup,
     )
 
 
@@ -429,8 +435,29 @@ def _add_eval_args(parser) -> None:
     parser.add_argument("--atol", type=float, default=1e-2)
     parser.add_argument("--rtol", type=float, default=1e-2)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
-    parser.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU)")
+    parser.add_argument("--reps", type=int, default=100, help="most timed repetitions (GPU)")
+    parser.add_argument("--min-reps", type=int, default=30, help="fewest timed repetitions before stopping early")
+    parser.add_argument(
+        "--timing-precision", type=float, default=0.004,
+        help="stop timing once both medians' relative standard errors are below this (0: always --reps)",
+    )  # fmt: skip
     parser.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
+    parser.add_argument(
+        "--input-variation", default="scale", choices=["none", "scale", "full"],
+        help="trials after the first negate and rescale floating inputs (scale), also shift or redraw them (full)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--input-scale-decades", type=float, default=2.0,
+        help="varied inputs are scaled by 10**u, |u| <= this",
+    )  # fmt: skip
+    parser.add_argument(
+        "--second-shape", default="alt", metavar="PROFILE",
+        help="one more trial at this KZ_SIZES profile when the problem has it (none: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--implausible-speedup", type=float, default=10.0,
+        help="re-verify a speedup above this before accepting it (0: off)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

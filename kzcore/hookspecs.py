@@ -75,6 +75,22 @@ def kz_register_suites(register: Callable[[str, Path], None]) -> None:
 
 
 @hookspec
+def kz_prepare_candidates(language: str, sources: list[str], config: EvalConfig) -> Any:
+    """Called in the ``kz`` process with every candidate source of one language, before its jobs go to
+    the executor.
+
+    :param language: the kernel language of these candidates.
+    :param sources: their extracted module sources (completions without a code block are left out).
+    :param config: the evaluation settings (``config.device`` says where they will run).
+    :return: ignored.
+
+    For work that pays to do ahead and off the evaluation workers: ``kz_cuda`` builds cuda-inline
+    extensions here on CPU processes, in parallel, into a disk cache, so no GPU worker waits for nvcc.
+    Implementations return at once for languages that are not theirs.
+    """
+
+
+@hookspec
 def kz_worker_started(device: str) -> None:
     """Called once in each evaluator worker after torch and the plugins are loaded, before any job.
 
@@ -133,6 +149,39 @@ def kz_instrument_candidate(language: str, module: ModuleType) -> Callable[[], i
     :param module: the loaded candidate module.
     :return: a zero-argument callable returning how many of the module's kernels have launched so far,
         or None when ``language`` is not this plugin's. A forward that launches none is ``hack_suspected``.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_kernel_names(language: str, module: ModuleType) -> list[str] | None:
+    """Name the candidate's own GPU kernels as they appear in a profiler trace.
+
+    :param language: the candidate's kernel language.
+    :param module: the loaded candidate module.
+    :return: names (a kernel whose traced name contains one counts as the candidate's), or None when
+        ``language`` is not this plugin's. With names, a GPU evaluation profiles one forward and calls it
+        ``hack_suspected`` when most of its GPU time ran in other kernels (ATen, cuBLAS, CuPy, ...).
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def kz_precompile(language: str, model: Any, inputs: Sequence[Any]) -> bool | None:
+    """Compile the candidate's kernels for these inputs without running them on the GPU.
+
+    Called once per candidate after construction and before the correctness trials, outside the lock that
+    workers sharing a GPU hold while they use it, so just-in-time compilation never keeps another worker's
+    timing waiting. Launches made here must not be counted, and the forward's outputs are discarded.
+    The second-shape trial (``EvalConfig.second_shape``) constructs another model and calls it again.
+
+    :param language: the candidate's kernel language.
+    :param model: the constructed ``ModelNew``.
+    :param inputs: inputs of the first trial's shapes and dtypes (their values may be anything).
+    :return: True when the kernels were compiled, False when they could not be (they then compile at their
+        first launch, as usual), None when ``language`` is not this plugin's.
 
     Stops at first non-None result.
     """

@@ -107,11 +107,27 @@ class EvalConfig:
     rtol: float = 1e-2
     timeout_s: float = 180.0
     warmup: int = 3
-    reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))  # the most timed pairs
+    # Timing stops early, after at least min_reps pairs, once both medians are known to within
+    # timing_precision (relative standard error); 0 always runs all ``reps``.
+    min_reps: int = attrs.field(default=30, validator=attrs.validators.ge(1))
+    timing_precision: float = attrs.field(default=0.004, validator=attrs.validators.ge(0))
+    gpu_work_check: bool = True  # profile one forward: most GPU time must be in the candidate's own kernels
     max_timing_s: float = 10.0
     flush_l2: bool = True
     tf32: bool = False
     workers_per_gpu: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    # Correctness trials after the first change the sign and scale of floating inputs ("scale"), also shift
+    # or redraw them ("full"), or not ("none"); magnitudes are 10**u, |u| <= input_scale_decades. A problem
+    # narrows this with KZ_INPUT_VARIATION (evaluate/inputs.py).
+    input_variation: str = attrs.field(default="scale", validator=attrs.validators.in_(("none", "scale", "full")))
+    input_scale_decades: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
+    # After the trials pass, one more trial at this KZ_SIZES profile with freshly constructed models, when the
+    # problem defines it ("" turns it off): catches kernels that hard-code the tested shape.
+    second_shape: str = "alt"
+    # A measured speedup above this is re-verified (more trials on new seeds, the same input buffers
+    # refilled, a second timing pass) before it is accepted; 0 turns it off.
+    implausible_speedup: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
 
     def tolerance_for(self, dtype_name: str) -> Tolerance:
         """Per-dtype tolerance: the configured one for fp32, looser for half types, tighter for fp64."""
@@ -231,6 +247,8 @@ class EvalResult:
     rtol: float = 0.0
     seed: int = 0
     origin: str = ""
+    second_shape: str = ""  # the KZ_SIZES profile of the passed second-shape trial ("" when none ran)
+    reverified: bool = False  # an implausible speedup passed re-verification (EvalConfig.implausible_speedup)
     schema: int = SCHEMA
 
     @property

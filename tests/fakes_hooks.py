@@ -171,6 +171,23 @@ class LaunchCounter:
 LAUNCH_COUNTER = LaunchCounter()
 
 
+class Precompiler:
+    """Records on the model the input shapes it was precompiled for; a model with ``precompile_fails`` set
+    gets a CompileError, as a kernel that does not compile would."""
+
+    @hookimpl
+    def kz_precompile(self, language, model, inputs):
+        if language != PY:
+            return None
+        if getattr(model, "precompile_fails", False):
+            raise CompileError("fake precompiler: this kernel does not compile")
+        model.precompiled_for = [tuple(x.shape) for x in inputs]
+        return True
+
+
+PRECOMPILER = Precompiler()
+
+
 class AltForward:
     """Runs python candidates through their ``plugin_forward`` method instead of ``__call__``."""
 

@@ -85,3 +85,14 @@ def test_release_dead_frees_what_a_killed_worker_held(target, state):
     threading.Thread(target=take, daemon=True).start()
     assert got.wait(5), "the GPU stayed locked after its holder died"
     assert lock.readers.value == 0
+
+
+def test_worker_gpus_are_the_machines_gpus_that_kz_was_given(monkeypatch):
+    from kzcore.executors.local import physical_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert [physical_gpu("0"), physical_gpu("1")] == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa, GPU-bbbb")
+    assert physical_gpu("1") == "GPU-bbbb"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert physical_gpu("1") == "1"

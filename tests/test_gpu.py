@@ -95,3 +95,42 @@ def test_several_workers_per_gpu_share_it_behind_the_lock(plugins, tmp_path):
     # memory-bound elementwise kernels: ours and eager both stream at bandwidth, so timing done alone reads ~1.0
     relu = next(r for r in results if r.problem == "1_ReLU")
     assert 0.8 < relu.speedup < 1.25, relu.speedup
+
+
+def test_triton_precompile_compiles_without_launching(tmp_path):
+    import shutil
+
+    import torch
+
+    from kz_triton.runtime import _jit_functions, instrument, load_module, precompile
+
+    root = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin" / "solutions" / "triton"
+    shutil.copy(root / "level1" / "11_Softmax.py", tmp_path / "kz_candidate_precompile.py")
+    module = load_module(tmp_path / "kz_candidate_precompile.py")
+    launches = instrument(module)
+    model = module.ModelNew().cuda()
+    x = torch.randn(512, 1000, device="cuda")
+    device = torch.cuda.current_device()
+
+    def compiled() -> int:
+        return sum(len(fn.device_caches[device][0]) for fn, _ in _jit_functions(module))
+
+    assert compiled() == 0
+    assert precompile(model, [x]) is True
+    assert launches() == 0, "a precompile must not count (or make) launches"
+    n = compiled()
+    assert n >= 1
+    out = model(x)
+    torch.cuda.synchronize()
+    assert launches() >= 1
+    assert compiled() == n, "the real launch must find its kernel already compiled"
+    torch.testing.assert_close(out, torch.softmax(x, dim=1))
+
+
+def test_work_done_in_cublas_behind_a_pre_run_hook_is_hack_suspected(plugins, tmp_path):
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "19_Matmul"]
+    cand = _candidate("prerun_hook_matmul", problem="19_Matmul")
+    (result,) = evaluate(problems, [cand], EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "not the candidate's own" in result.message

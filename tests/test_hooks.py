@@ -185,6 +185,43 @@ def test_kz_instrument_candidate(plugins, relu, tmp_path):
     assert "launched none of the candidate's own python kernels" in results[1].message
 
 
+def test_kz_kernel_names(plugins, tmp_path):
+    import shutil
+
+    pm = plugins("kz_triton", "kz_cuda")
+    solutions = ROOT / "kzcore" / "suites" / "builtin" / "solutions"
+    names = {}
+    for language in ("triton", "cuda"):
+        path = tmp_path / f"kz_candidate_names_{language}.py"
+        shutil.copy(solutions / language / "level1" / "11_Softmax.py", path)
+        module = pm.hook.kz_load_candidate(language=language, path=path, device="cpu")
+        names[language] = pm.hook.kz_kernel_names(language=language, module=module)
+    assert names["triton"] == ["softmax_kernel"]
+    assert names["cuda"] and all(n in (tmp_path / "kz_candidate_names_cuda.py").read_text() for n in names["cuda"])
+    assert pm.hook.kz_kernel_names(language="python", module=module) is None  # not these plugins' language
+
+
+def test_kz_precompile(plugins, relu, tmp_path):
+    pm = plugins("kz_pylang", f"{FAKES}:PRECOMPILER")
+    # forward is only right when the plugin precompiled the model for this very input shape
+    checked = PY_RELU.replace(
+        "        return torch.relu(x)",
+        "        if getattr(self, 'precompiled_for', None) != [tuple(x.shape)]:\n"
+        "            return torch.zeros_like(x)\n"
+        "        return torch.relu(x)",
+    )
+    failing = checked.replace("class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    precompile_fails = True\n")
+    results = run(pm, relu, [py_candidate(0, checked), py_candidate(1, failing)], tmp_path)
+    assert results[0].status is Status.CORRECT, results[0].message
+    assert "precompile" in results[0].stages
+    assert results[1].status is Status.COMPILE_ERROR
+    assert results[1].message == "fake precompiler: this kernel does not compile"
+    # without a plugin implementing it, nothing changes: the shapes are never recorded, forward gives zeros
+    pm.unregister(name=f"{FAKES}:PRECOMPILER")
+    results = run(pm, relu, [py_candidate(0, checked)], tmp_path / "plain")
+    assert results[0].status is Status.INCORRECT
+
+
 def test_kz_run_forward(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:ALT_FORWARD")
     # __call__ returns zeros (wrong); only the plugin's way of running the model gives ReLU.

@@ -1,9 +1,15 @@
-"""Default output comparison: count, shape, dtype, device, finiteness, then elementwise tolerance."""
+"""Default output comparison: count, plain-tensor type, shape, dtype, device, no broadcast views, finiteness,
+then elementwise tolerance."""
 
 from __future__ import annotations
 
 from kzcore import hookimpl
 from kzcore.types import OutputCheck
+
+
+def broadcast_dims(t) -> set[int]:
+    """Dimensions of size > 1 with stride 0: one stored row repeated (``expand``), not computed elements."""
+    return {d for d, (size, stride) in enumerate(zip(t.shape, t.stride())) if size > 1 and stride == 0}
 
 
 def compare(expected, actual, config) -> OutputCheck:
@@ -22,6 +28,11 @@ def compare(expected, actual, config) -> OutputCheck:
             return OutputCheck(False, f"{where} has dtype {a.dtype}, expected {e.dtype}")
         if a.device != e.device:
             return OutputCheck(False, f"{where} is on {a.device}, expected {e.device}")
+        repeated = sorted(broadcast_dims(a) - broadcast_dims(e))
+        if repeated:
+            return OutputCheck(
+                False, f"{where} is a broadcast view (stride 0 in dim(s) {repeated}): compute and store every element"
+            )
         if not (e.is_floating_point() or e.is_complex()):
             mismatched = int((a != e).sum())
             if mismatched:

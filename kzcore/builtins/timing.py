@@ -19,6 +19,36 @@ def spread(samples: list[float]) -> float:
     return (q3 - q1) / statistics.median(samples)
 
 
+def median_rel_error(samples: list[float]) -> float:
+    """Relative standard error of the sample median, from a robust spread (IQR / 1.349 estimates sigma;
+    the median's standard error is about 1.2533 sigma / sqrt(n))."""
+    if len(samples) < 4:
+        return float("inf")
+    q1, med, q3 = statistics.quantiles(samples, n=4)
+    return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / max(med, 1e-9)
+
+
+def interleaved(timed, reference, candidate, reps: int, config) -> tuple[list[float], list[float], str]:
+    """Up to ``reps`` timed (reference, candidate) pairs, alternating which goes first so neither always
+    runs on a warmer GPU; stops early (after ``config.min_reps``, checked every 10 pairs) once both medians'
+    relative standard errors are within ``config.timing_precision``."""
+    ref_ms: list[float] = []
+    cand_ms: list[float] = []
+    min_reps = min(reps, config.min_reps)
+    for i in range(reps):
+        if i % 2 == 0:
+            ref_ms.append(timed(reference))
+            cand_ms.append(timed(candidate))
+        else:
+            cand_ms.append(timed(candidate))
+            ref_ms.append(timed(reference))
+        n = i + 1
+        if config.timing_precision and n >= min_reps and n % 10 == 0 and n < reps:
+            if max(median_rel_error(ref_ms), median_rel_error(cand_ms)) <= config.timing_precision:
+                return ref_ms, cand_ms, f"stopped at {n} reps: medians within {config.timing_precision:.1%}"
+    return ref_ms, cand_ms, ""
+
+
 def time_cuda(reference, candidate, config) -> Timing:
     import torch
 
@@ -44,20 +74,14 @@ def time_cuda(reference, candidate, config) -> Timing:
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
         note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
-    ref_ms, cand_ms = [], []
-    for i in range(reps):
-        if i % 2 == 0:  # alternate the order so neither side always runs on a warmer GPU
-            ref_ms.append(timed(reference))
-            cand_ms.append(timed(candidate))
-        else:
-            cand_ms.append(timed(candidate))
-            ref_ms.append(timed(reference))
+    ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
+    note = "; ".join(x for x in (note, stop_note) if x)
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
         cand_ms=max(statistics.median(cand_ms), 1e-6),
         ref_spread=spread(ref_ms),
         cand_spread=spread(cand_ms),
-        reps=reps,
+        reps=len(ref_ms),
         note=note,
     )
 

@@ -63,6 +63,31 @@ def _mode_class():
     return ComputeOpRecorder
 
 
+class PrecompileAbort(Exception):
+    """Raised inside a compile-only forward when it reaches something that would run GPU work."""
+
+
+def _compile_only_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class ComputeOpRefuser(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if _depth == 0 and name not in ALLOWED_OPS:
+                raise PrecompileAbort(f"aten.{name} would compute")
+            return func(*args, **(kwargs or {}))
+
+    return ComputeOpRefuser
+
+
+def compile_only():
+    """A dispatch mode for a forward run only to compile its kernels (``kz_precompile``): allocation, views
+    and copies run, any computing operator raises PrecompileAbort, nothing is poisoned."""
+    global _depth
+    _depth = 0
+    return _compile_only_class()()
+
+
 def poison(t) -> None:
     import torch
 

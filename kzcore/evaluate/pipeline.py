@@ -15,11 +15,13 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import CompileError
-from kzcore.evaluate import guard, memory
+from kzcore.evaluate import gpuwork, guard, integrity, memory, variation
 from kzcore.problems import apply_size_profile, import_module_from_file
 from kzcore.types import EvalJob, EvalResult, Status
 
 MESSAGE_LIMIT = 1500
+REVERIFY_TRIALS = 3  # extra trials on new seeds when a speedup is implausible
+TIMING_FIELDS = ("ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note")
 _counter = itertools.count()
 
 
@@ -34,9 +36,22 @@ class Verdict(Exception):
 class StageClock:
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.target: str | None = None
+
+    @contextlib.contextmanager
+    def charge_to(self, stage: str):
+        """Book every stage timed inside to ``stage`` (an enclosing one wins), so extra checks leave the main
+        stages' figures alone."""
+        previous = self.target
+        self.target = previous or stage
+        try:
+            yield
+        finally:
+            self.target = previous
 
     @contextlib.contextmanager
     def __call__(self, stage: str):
+        stage = self.target or stage
         t0 = time.perf_counter()
         try:
             yield
@@ -84,6 +99,32 @@ def clone_inputs(inputs: list) -> list:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def refill(buffers: list | None, values: list) -> list:
+    """``values`` copied into ``buffers`` in place (same tensors, same pointers) when every tensor matches in
+    shape, dtype and device; otherwise fresh clones of ``values``."""
+    import torch
+
+    def fits(b, v) -> bool:
+        if isinstance(v, torch.Tensor):
+            return isinstance(b, torch.Tensor) and (b.shape, b.dtype, b.device) == (v.shape, v.dtype, v.device)
+        return not isinstance(b, torch.Tensor)
+
+    if buffers is None or len(buffers) != len(values) or not all(map(fits, buffers, values)):
+        return clone_inputs(values)
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            buffers[i].copy_(v)
+        else:
+            buffers[i] = v
+    return buffers
+
+
+def shapes_of(problem_mod) -> str:
+    """The module constants a size profile sets, as ``name=value`` pairs (for messages)."""
+    names = {name for sizes in (getattr(problem_mod, "KZ_SIZES", None) or {}).values() for name in sizes}
+    return ", ".join(f"{name}={getattr(problem_mod, name)!r}" for name in sorted(names) if hasattr(problem_mod, name))
+
+
 def changed_inputs(before: list, after: list) -> list[int]:
     import torch
 
@@ -107,6 +148,8 @@ class Evaluation:
         self.candidate_file: Path | None = None
         self.poisoned = False
         self.uid = next(_counter)
+        self.notes: list[str] = []  # harness notes for the result (added to timing_note)
+        self.base_sizes: list[float] = []  # output magnitudes of the unvaried first trial
 
     # -- helpers ---------------------------------------------------------------------------------
     def seed(self, value: int) -> None:
@@ -175,13 +218,17 @@ class Evaluation:
             raise Verdict(Status.FORMAT_ERROR, "the module defines no `ModelNew`")
         return module
 
-    def load_problem(self):
+    def import_problem(self, tag: str = ""):
+        """A fresh instance of the problem module (``tag`` keeps a second one apart from the first)."""
         problem = self.job.problem
         path = Path(problem.path) if problem.path and Path(problem.path).is_file() else None
         if path is None:
             path = self.workdir / f"kz_problem_{self.uid}.py"
             path.write_text(problem.source)
-        module = import_module_from_file(path, f"kz_problem_{self.uid}")
+        return import_module_from_file(path, f"kz_problem_{self.uid}{tag}")
+
+    def load_problem(self):
+        module = self.import_problem()
         size = self.config.size
         if size == "auto":
             size = "full" if self.device == "cuda" else "small"
@@ -206,54 +253,185 @@ class Evaluation:
             self.sync()
         return reference, candidate
 
-    def correctness(self, problem_mod, reference, candidate, launches) -> None:
-        guarded = self.job_language().guard_torch_ops if self.job_language() else True
-        worst_abs = worst_rel = 0.0
-        for trial in range(self.config.trials):
-            with self.clock("inputs"):
-                with self.device_ctx():
-                    self.seed(self.config.seed * 1000 + trial + 1)
-                    pristine = list(problem_mod.get_inputs())
-                cand_inputs = clone_inputs(pristine)
-                if self.device == "cuda":
-                    memory.poison_free_cache()
-            with self.clock("candidate"):
-                recorder = guard.recorder(record=guarded)
-                try:
-                    with recorder:
-                        actual = as_list(self.forward(self.language, candidate, cand_inputs))
-                    self.sync()
-                except CompileError as exc:
-                    raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
-                except Exception as exc:
-                    self.poisoned = is_fatal_device_error(exc)
+    def precompile_inputs(self, problem_mod) -> list:
+        with self.clock("precompile"), self.device_ctx():
+            self.seed(self.config.seed * 1000 + 1)
+            return list(problem_mod.get_inputs())
+
+    def precompile(self, candidate, inputs) -> None:
+        """Let the language plugin compile the candidate's kernels now, without the GPU lock
+        (``kz_precompile``); when it cannot, they compile at their first launch inside the trials."""
+        with self.clock("precompile"):
+            try:
+                self.pm.hook.kz_precompile(language=self.language, model=candidate, inputs=inputs)
+            except CompileError as exc:
+                raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
+            except Exception as exc:  # the trials will meet the same problem and report it
+                self.poisoned = is_fatal_device_error(exc)
+                if self.poisoned:
                     raise Verdict(
-                        Status.RUNTIME_ERROR, f"trial {trial}: " + candidate_error(exc, self.candidate_file)
+                        Status.RUNTIME_ERROR, "precompile: " + candidate_error(exc, self.candidate_file)
                     ) from None
-            if recorder.forbidden:
-                ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
-                raise Verdict(
-                    Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}"
-                )
-            mutated = changed_inputs(pristine, cand_inputs)
-            if mutated:
-                raise Verdict(
-                    Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only"
-                )
-            if trial == 0 and launches is not None and launches() == 0:
-                raise Verdict(
-                    Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
-                )
-            with self.clock("reference"):
-                expected = as_list(self.forward("reference", reference, pristine))
+
+    def trial_seed(self, index: int) -> int:
+        """The RNG seed of trial ``index``: main trials 0..trials-1, then the extra ones (second shape,
+        re-verification), each with its own seed; timing uses 999 and 998."""
+        return self.config.seed * 1000 + index + 1
+
+    def correctness(self, problem_mod, reference, candidate, launches) -> None:
+        buffers = None
+        for trial in range(self.config.trials):
+            buffers = self.trial(problem_mod, reference, candidate, launches, index=trial, buffers=buffers)
+
+    def trial(
+        self, problem_mod, reference, candidate, launches, *, index: int, label: str = "", vary: bool = True,
+        buffers: list | None = None,
+    ) -> list:  # fmt: skip
+        """One correctness trial on fresh inputs seeded by ``index`` (varied unless ``index`` is 0 or
+        ``vary`` is False). The candidate runs first, on ``buffers`` refilled in place when they fit (the same
+        tensors as the trial before, new values: a cache keyed on the input tensors or their pointers hands
+        back stale outputs), else on clones; then the reference on the pristine inputs. Returns the buffers."""
+        guarded = self.job_language().guard_torch_ops if self.job_language() else True
+        mode = variation.effective_mode(self.config.input_variation, problem_mod) if vary else "none"
+        with self.clock("inputs"):
+            with self.device_ctx():
+                self.seed(self.trial_seed(index))
+                pristine = list(problem_mod.get_inputs())
+                changes = variation.plan(mode, self.config.seed, index, len(pristine), self.config.input_scale_decades)
+                pristine, applied = variation.vary(pristine, changes, self.trial_seed(index))
+            cand_inputs = refill(buffers, pristine)
+            if self.device == "cuda":
+                memory.poison_free_cache()
+        label = label or f"trial {index}"
+        if applied:
+            label += f" ({variation.describe(applied)})"
+        with self.clock("candidate"):
+            recorder = guard.recorder(record=guarded)
+            try:
+                with recorder:
+                    actual = as_list(self.forward(self.language, candidate, cand_inputs))
                 self.sync()
-            with self.clock("check"):
-                check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=self.config)
-            worst_abs, worst_rel = max(worst_abs, check.max_abs_err), max(worst_rel, check.max_rel_err)
-            self.fields.update(max_abs_err=worst_abs, max_rel_err=worst_rel)
-            if not check.ok:
-                raise Verdict(Status.INCORRECT, f"trial {trial}: {check.message}")
-            del actual, expected, pristine, cand_inputs
+            except CompileError as exc:
+                raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
+            except Exception as exc:
+                self.poisoned = is_fatal_device_error(exc)
+                raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, self.candidate_file)) from None
+        if recorder.forbidden:
+            ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
+            raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+        mutated = changed_inputs(pristine, cand_inputs)
+        if mutated:
+            raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
+        if index == 0 and launches is not None and launches() == 0:
+            raise Verdict(
+                Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
+            )
+        with self.clock("reference"):
+            expected = as_list(self.forward("reference", reference, pristine))
+            self.sync()
+        with self.clock("check"):
+            config = self.config
+            if index == 0 and mode != "none":
+                self.base_sizes = variation.magnitudes(expected)
+            elif applied and self.base_sizes:
+                config = variation.varied_config(config, self.base_sizes, variation.magnitudes(expected))
+            check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=config)
+        self.fields.update(
+            max_abs_err=max(self.fields.get("max_abs_err") or 0.0, check.max_abs_err),
+            max_rel_err=max(self.fields.get("max_rel_err") or 0.0, check.max_rel_err),
+        )
+        if not check.ok:
+            raise Verdict(Status.INCORRECT, f"{label}: {check.message}")
+        return cand_inputs
+
+    def second_shape(self, candidate_mod, launches, index: int, locked_by_caller: bool = False) -> None:
+        """One more trial at the ``second_shape`` size profile with both models constructed afresh, so a
+        kernel that bakes in the tested shape fails. Skipped when the problem has no such profile or it is
+        the size being evaluated. Takes the shared GPU lock itself (compiling for the new shape outside it)
+        unless the caller already holds it."""
+        hold = contextlib.nullcontext if locked_by_caller else self.shared_gpu
+        profile = self.config.second_shape
+        if not profile or profile == self.fields.get("size"):
+            return
+        with self.clock.charge_to("second_shape"):
+            with self.clock("load_problem"):
+                problem_mod = self.import_problem("_shape2")
+            if profile not in (getattr(problem_mod, "KZ_SIZES", None) or {}):
+                return
+            apply_size_profile(problem_mod, profile)
+            try:
+                with hold():
+                    reference, candidate = self.construct(problem_mod, candidate_mod)
+                    warm_inputs = self.precompile_inputs(problem_mod)
+                self.precompile(candidate, warm_inputs)
+                del warm_inputs
+                with hold():
+                    self.trial(problem_mod, reference, candidate, launches, index=index, vary=False)
+            except Verdict as verdict:
+                message = f"second shape (KZ_SIZES[{profile!r}], {shapes_of(problem_mod)}): {verdict.message}"
+                raise Verdict(verdict.status, message, **verdict.fields) from None
+        self.fields["second_shape"] = profile
+
+    def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
+        """Accept a speedup above ``implausible_speedup`` only once it survives a re-check: the timing's own
+        input tensors refilled with new values for more trials on new seeds (a cache keyed on them, or
+        on their pointers, returns stale outputs), the second shape on a new seed, and a second timing pass
+        on the refilled inputs (the lower speedup is kept). A failed re-check is ``hack_suspected``."""
+        limit, speedup = self.config.implausible_speedup, self.fields.get("speedup")
+        if not limit or not speedup or speedup <= limit:
+            return
+        ref_inputs, cand_inputs = inputs
+        first = self.config.trials + 1  # index trials is the second shape's
+        with self.clock.charge_to("reverify"):
+            try:
+                with self.shared_gpu():
+                    buffers = cand_inputs
+                    for k in range(REVERIFY_TRIALS):
+                        label = f"re-verification trial {k}"
+                        buffers = self.trial(
+                            problem_mod, reference, candidate, launches, index=first + k, label=label, buffers=buffers
+                        )
+                    self.second_shape(candidate_mod, launches, index=first + REVERIFY_TRIALS, locked_by_caller=True)
+                    refill(ref_inputs, buffers)  # both sides time the same (last trial's) values
+            except Verdict as verdict:
+                raise Verdict(
+                    Status.HACK_SUSPECTED,
+                    f"speedup {speedup:.3g}x is above implausible_speedup={limit:g} and re-verification failed: "
+                    + verdict.message,
+                    **verdict.fields,
+                ) from None
+            before = {name: self.fields.get(name) for name in TIMING_FIELDS}
+            with self.exclusive_gpu():
+                self.timing(reference, candidate, inputs)
+        again = self.fields.get("speedup")
+        if again is None or speedup < again:
+            self.fields.update(before)
+        note = f"re-verified: speedup {speedup:.3g}x, then {again or 0:.3g}x on new values; the lower kept"
+        self.fields.update(
+            reverified=True, timing_note="; ".join(x for x in (self.fields.get("timing_note"), note) if x)
+        )
+
+    def gpu_work(self, candidate_mod, candidate, inputs) -> None:
+        """On a GPU, profile one forward: the candidate's own kernels must do most of its GPU work."""
+        if self.device != "cuda" or not self.config.gpu_work_check:
+            return
+        names = self.pm.hook.kz_kernel_names(language=self.language, module=candidate_mod)
+        if names is None:
+            return
+        with self.clock("gpu_work"):
+            args = clone_inputs(inputs)
+            try:
+                kernels = gpuwork.profile_kernels(lambda: self.forward(self.language, candidate, args))
+            except Exception as exc:  # the forward ran cleanly in every trial: this is the profiler's failure
+                self.poisoned = is_fatal_device_error(exc)
+                if self.poisoned:
+                    raise Verdict(Status.RUNTIME_ERROR, "gpu-work check: " + candidate_error(exc, None)) from None
+                self.notes.append(f"gpu-work check skipped: {type(exc).__name__}: {exc}"[:200])
+                return
+        work = gpuwork.classify(kernels, names)
+        message = work.verdict()
+        if message:
+            raise Verdict(Status.HACK_SUSPECTED, message)
 
     def timing_inputs(self, problem_mod) -> tuple[list, list]:
         with self.device_ctx():
@@ -283,7 +461,7 @@ class Evaluation:
             ref_spread=timing.ref_spread,
             cand_spread=timing.cand_spread,
             timing_reps=timing.reps,
-            timing_note=timing.note,
+            timing_note="; ".join(x for x in (timing.note, *self.notes) if x),
         )
 
     def job_language(self):
@@ -291,23 +469,41 @@ class Evaluation:
 
         return languages(self.pm).items.get(self.language)
 
+    def tampering(self, watch, stage: str) -> None:
+        findings = watch.findings()
+        if findings:
+            self.poisoned = True
+            raise Verdict(Status.HACK_SUSPECTED, f"after {stage}, the candidate's code " + "; ".join(findings))
+
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> tuple[EvalResult, bool]:
         status, message = Status.CORRECT, ""
         launches = None
+        watch = integrity.Watch()  # taken before any candidate code runs
         try:
             source = self.source()
             self.static_check(source)
             candidate_mod = self.load_candidate(source)
+            self.tampering(watch, "its import")
             launches = self.pm.hook.kz_instrument_candidate(language=self.language, module=candidate_mod)
             with self.clock("load_problem"):
                 problem_mod = self.load_problem()
             with self.shared_gpu():
                 reference, candidate = self.construct(problem_mod, candidate_mod)
+                warm_inputs = self.precompile_inputs(problem_mod)
+            self.precompile(candidate, warm_inputs)  # outside the lock: compiling uses no GPU
+            del warm_inputs
+            with self.shared_gpu():
                 self.correctness(problem_mod, reference, candidate, launches)
+            self.second_shape(candidate_mod, launches, index=self.config.trials)
+            with self.shared_gpu():
+                self.tampering(watch, "the correctness trials")
                 inputs = self.timing_inputs(problem_mod)
+                self.gpu_work(candidate_mod, candidate, inputs[1])
             with self.exclusive_gpu():
                 self.timing(reference, candidate, inputs)
+            self.reverify(problem_mod, candidate_mod, reference, candidate, launches, inputs)
+            self.tampering(watch, "timing")
         except Verdict as verdict:
             status, message = verdict.status, verdict.message
             self.fields.update(verdict.fields)
@@ -317,6 +513,8 @@ class Evaluation:
         finally:
             if self.candidate_file is not None:
                 self.candidate_file.unlink(missing_ok=True)
+            if watch.tampered():
+                self.poisoned = True  # whatever the verdict, a tampered process evaluates nothing more
         return self.result(status, message, launches), self.poisoned
 
     def result(self, status: Status, message: str, launches) -> EvalResult:

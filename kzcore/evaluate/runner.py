@@ -36,6 +36,21 @@ def plan_jobs(
     return jobs
 
 
+def prepare_candidates(jobs: list[EvalJob], config: EvalConfig, pm) -> None:
+    """Hand each language's candidate sources to its plugin before any job is sent (kz_prepare_candidates),
+    so work such as ahead-of-time builds runs here, on this machine's CPUs, and no evaluation worker waits."""
+    by_language: dict[str, list[str]] = {}
+    for job in jobs:
+        cand = job.candidate
+        source = cand.source
+        if source is None:
+            source = pm.hook.kz_extract_source(language=cand.language, completion=cand.completion)
+        if source:
+            by_language.setdefault(cand.language, []).append(source)
+    for language, sources in sorted(by_language.items()):
+        pm.hook.kz_prepare_candidates(language=language, sources=sources, config=config)
+
+
 def evaluate(
     problems: list[Problem],
     candidates: list[Candidate],
@@ -60,6 +75,7 @@ def evaluate(
     results = list(previous)
     if not jobs:
         return results
+    prepare_candidates(jobs, config, pm)
     specs = plugin_specs(pm)
     pool = executors(pm).get(executor)(workers=workers, config=config, plugins=specs)
     writer = ResultsWriter(out)

@@ -27,8 +27,31 @@ METHOD_COMPUTE = frozenset(
 TORCH_NAMES = ("torch", "F", "nn", "functional")
 # Modules a kernel module has no business importing: other threads/processes escape the timer and the
 # runtime guard; the harness's own modules and ctypes/gc let a candidate tamper with the evaluator.
-FORBIDDEN_IMPORTS = frozenset("threading _thread concurrent multiprocessing subprocess ctypes gc kzcore".split())
+# importlib/builtins/inspect reach any module or frame by a computed name, around every other rule here.
+FORBIDDEN_IMPORTS = frozenset(
+    "threading _thread concurrent multiprocessing subprocess ctypes gc kzcore importlib builtins inspect".split()
+    + "pty posix _posixsubprocess socket _socket ssl".split()  # processes and raw network (sandbox.py)
+)
 FORBIDDEN_ATTRS = ("sys.modules", "torch._C", "_python_dispatch", "torch.ops")
+# Anywhere in the module (module-level code runs in the evaluator's process too):
+DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
+# names that reach namespaces, frames and closures, or fetch attributes by a computed name
+ESCAPE_NAMES = frozenset(
+    """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __mro__ __getattribute__
+    f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter methodcaller""".split()
+)
+# names that make tensors or torch calls behave differently (lazy outputs, rewritten reference ops)
+OVERRIDE_NAMES = frozenset(
+    """__torch_function__ __torch_dispatch__ TorchFunctionMode TorchDispatchMode overrides as_subclass
+    _make_subclass _make_wrapper_subclass""".split()
+)
+STREAM_NAMES = frozenset("Stream ExternalStream StreamContext set_stream".split())
+REFLECTION_CALLS = frozenset("getattr hasattr setattr delattr".split())
+# os functions that start or replace a process, or signal another one (the worker refuses them at run time too)
+PROCESS_NAMES = frozenset(
+    """fork forkpty posix_spawn posix_spawnp execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve
+    spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe killpg getppid pidfd_open""".split()
+)
 
 
 def dotted(node: ast.AST) -> str:
@@ -130,7 +153,8 @@ def forward_violations(mod: ModuleInfo) -> list[str]:
 
 
 def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS) -> list[str]:
-    """try/except fallbacks, forbidden imports, and attribute paths into PyTorch or Python internals."""
+    """try/except fallbacks, forbidden imports, attribute paths into PyTorch or Python internals, and the
+    ways around those rules (``escape_violations``)."""
     problems, internals = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Try):
@@ -142,6 +166,96 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
         elif isinstance(node, ast.Attribute) and any(bad in dotted(node) for bad in FORBIDDEN_ATTRS):
             internals.setdefault(node.lineno, dotted(node))  # ast.walk meets the outermost attribute first
-    return problems + [
-        f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()
-    ]
+    return (
+        problems
+        + [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
+        + escape_violations(tree)
+    )
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _name_problem(name: str, line: int, path: str) -> str | None:
+    if name in PROCESS_NAMES or (name in ("system", "popen") and path.split(".")[0] == "os"):
+        return f"line {line}: `{path}`: candidate code may not start or signal other processes"
+    if name in ESCAPE_NAMES:
+        return f"line {line}: `{path}` reaches into Python internals (namespaces, frames, computed attributes)"
+    if name in OVERRIDE_NAMES:
+        return f"line {line}: `{path}`: tensor subclasses, torch modes and `__torch_function__` are not allowed"
+    if name in STREAM_NAMES or path.endswith("cuda.stream"):
+        return f"line {line}: `{path}`: side CUDA streams are not allowed (work must run on the current stream)"
+    if name == "suppress":
+        return f"line {line}: `{path}` swallows errors like try/except (no fallback paths)"
+    return None
+
+
+def _patch_target(node: ast.AST, imported: set[str]) -> str:
+    """``torch.cuda.synchronize`` for an assignment target rooted at an imported name, else ""."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    path = dotted(node) if isinstance(node, ast.Attribute) else ""
+    return path if path.split(".")[0] in imported else ""
+
+
+def escape_violations(tree: ast.Module) -> list[str]:
+    """Ways around the other rules, anywhere in the module: dynamic code (``eval``, ``__import__``,
+    computed ``getattr``), namespace/frame access, monkey-patching imported modules (timers, ``synchronize``,
+    ``torch.allclose``), tensor subclasses and torch modes, side streams, ``contextlib.suppress``."""
+    imported = _imported_names(tree)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    out: list[str] = []
+
+    def add(problem: str | None) -> None:
+        if problem and problem not in out:
+            out.append(problem)
+
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", "?")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            fn, args = node.func.id, node.args
+            if fn in DYNAMIC_CALLS:
+                add(f"line {line}: calls `{fn}` (dynamic code and namespace access are not allowed)")
+            elif fn in ("getattr", "hasattr") and len(args) > 1:
+                name = args[1].value if isinstance(args[1], ast.Constant) else None
+                if not isinstance(name, str) or name.startswith("_"):
+                    add(f"line {line}: `{fn}` with a computed or private attribute name is not allowed")
+                else:
+                    add(_name_problem(name, line, f"{dotted(args[0]) or '?'}.{name}"))
+            elif fn in ("setattr", "delattr") and args and dotted(args[0]).split(".")[0] != "self":
+                add(f"line {line}: `{fn}` on `{dotted(args[0]) or 'an object'}` (monkey-patching is not allowed)")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                for t in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                    if path := _patch_target(t, imported):
+                        add(f"line {line}: assigns to `{path}` (monkey-patching is not allowed)")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if dotted(base).split(".")[-1] in ("Tensor", "Parameter") or dotted(base).endswith("Mode"):
+                    add(f"line {line}: class `{node.name}` subclasses `{dotted(base)}` (no tensor subclasses or modes)")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(_name_problem(node.name, line, node.name))
+        elif isinstance(node, ast.Attribute):
+            add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
+        elif isinstance(node, ast.Name):
+            add(_name_problem(node.id, line, node.id))
+            if node.id in DYNAMIC_CALLS | REFLECTION_CALLS and id(node) not in called:
+                add(f"line {line}: `{node.id}` passed around as a value (dynamic access is not allowed)")
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                add(_name_problem(a.name, line, f"{node.module}.{a.name}"))
+            for part in (node.module or "").split("."):
+                add(_name_problem(part, line, node.module))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                for part in a.name.split("."):
+                    add(_name_problem(part, line, a.name))
+    return out

@@ -5,21 +5,29 @@ replaced and its candidate gets the matching status. Results stream back as they
 from __future__ import annotations
 
 import collections
+import io
 import multiprocessing as mp
 import os
+import pickle
 import signal
+import socket
+import struct
 import time
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
 from kzcore.errors import KzError
 from kzcore.executors.devicelock import DeviceLock
+from kzcore.executors.sandbox import kill_process_tree, memory_limit_for
 from kzcore.executors.worker import worker_main
 from kzcore.plugins import get_plugin_manager, plugin_specs
 from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
 
 START_TIMEOUT_S = 300.0
 MAX_START_FAILURES = 3
+MAX_MESSAGE_BYTES = 64 << 20  # a result is a few KB; anything longer is not one of ours
+READ_TIMEOUT_S = 5.0  # a message that has begun must arrive whole within this
+MAX_REQUEUES = 3  # a job whose worker was found dead before the job reached it is sent again this often
 
 
 def resolve_device(device: str) -> str:
@@ -35,22 +43,99 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def physical_gpu(index: str) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for this process's visible GPU number ``index``: with
+    ``CUDA_VISIBLE_DEVICES=2,3`` set for kz, visible GPU 1 is the machine's GPU 3 (or a UUID)."""
+    visible = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if visible and int(index) < len(visible):
+        return visible[int(index)]
+    return index
+
+
 def gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count()
 
 
+class ChannelError(Exception):
+    """What came over a worker's pipe is not a message of ours (a candidate wrote into it or closed it)."""
+
+
+class _MessageUnpickler(pickle.Unpickler):
+    """Builds only kzcore's own value types: the pipe is reachable from candidate code, and unpickling
+    arbitrary classes would run a candidate's code in this process."""
+
+    ALLOWED = {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "complex"),
+        ("torch.torch_version", "TorchVersion"),  # a str
+        ("numpy", "dtype"),  # numpy scalars that slip into a result's numbers
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+    }
+
+    def find_class(self, module, name):
+        if module == "kzcore.types" or (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a worker message")
+
+
+def _bound_reads(conn) -> None:
+    """A read that has begun gives up after READ_TIMEOUT_S (a message header with no body, written by a
+    candidate, must not hang the pool)."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:  # not a socket (another platform): reads stay unbounded
+        return
+    try:
+        seconds = int(READ_TIMEOUT_S)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, 0))
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def receive(conn) -> tuple:
+    """One message from a worker. EOFError when the worker's end is closed; ChannelError when what came is
+    not a message of ours (too long, cut short, not a tuple, classes it may not hold)."""
+    try:
+        data = conn.recv_bytes(MAX_MESSAGE_BYTES)
+    except (EOFError, ConnectionResetError):  # the worker's end is gone (reset: it died with data unread)
+        raise EOFError from None
+    except OSError as exc:  # too long ("bad message length"), or cut short past the read timeout
+        raise ChannelError(f"{type(exc).__name__}: {exc}") from None
+    try:
+        message = _MessageUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:
+        raise ChannelError(f"unreadable message ({type(exc).__name__}: {exc})"[:300]) from None
+    if not isinstance(message, tuple) or not message or message[0] not in ("ready", "failed", "started", "result"):
+        raise ChannelError(f"unexpected message of type {type(message).__name__}")
+    return message
+
+
 class _Worker:
     def __init__(
-        self, ctx, worker_id: int, device: str, env: dict, specs: list[str], tf32: bool, lock, lock_index: int
+        self,
+        ctx,
+        worker_id: int,
+        device: str,
+        env: dict,
+        specs: list[str],
+        tf32: bool,
+        lock,
+        lock_index: int,
+        memory_limit: int | None = None,
     ):
         self.id = worker_id
         self.lock, self.lock_index = lock, lock_index
         self.conn, child = ctx.Pipe()
+        _bound_reads(self.conn)
         self.proc = ctx.Process(
             target=worker_main,
-            args=(child, worker_id, device, env, specs, tf32, lock, lock_index),
+            args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit),
             name=f"kz-worker-{worker_id}",
             daemon=True,
         )
@@ -58,11 +143,13 @@ class _Worker:
         child.close()
         self.info: dict | None = None
         self.job: EvalJob | None = None
+        self.started = False  # the worker confirmed it has self.job
         self.deadline = 0.0
 
     def kill(self) -> None:
+        """SIGKILL (a candidate can ignore SIGTERM) the worker and every process it started."""
         if self.proc.is_alive():
-            self.proc.kill()
+            kill_process_tree(self.proc.pid)
         self.proc.join(timeout=10)
         self.conn.close()
 
@@ -98,6 +185,7 @@ class LocalPool:
         else:
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
         self.workers: dict[int, _Worker] = {}
+        self.memory_limit = memory_limit_for(len(self.slots))
         self._next_id = 0
         self.info: dict = {}
         self.replaced = 0
@@ -107,7 +195,7 @@ class LocalPool:
         # explicit both ways: a TRITON_INTERPRET=1 left in the parent's environment must not reach GPU workers
         env = {"PYTHONUNBUFFERED": "1", "TRITON_INTERPRET": "1" if self.device == "cpu" else "0"}
         if slot is not None:
-            env["CUDA_VISIBLE_DEVICES"] = slot
+            env["CUDA_VISIBLE_DEVICES"] = physical_gpu(slot)
         return env
 
     def _spawn(self, slot_index: int) -> _Worker:
@@ -121,6 +209,7 @@ class LocalPool:
             self.config.tf32,
             self.locks.get(gpu),
             self.slots[:slot_index].count(gpu),
+            self.memory_limit,
         )
         worker.slot_index = slot_index
         self._next_id += 1
@@ -131,11 +220,11 @@ class LocalPool:
             worker.kill()
             raise KzError(f"evaluator worker did not start within {START_TIMEOUT_S:.0f} s")
         try:
-            msg = worker.conn.recv()
-        except EOFError:
+            msg = receive(worker.conn)
+        except (EOFError, ChannelError):
             worker.kill()
             raise KzError(f"evaluator worker {_exit_description(worker.proc)} while starting") from None
-        if msg[0] != "ready":
+        if msg[0] != "ready" or len(msg) != 2 or not isinstance(msg[1], (dict, str)):
             worker.kill()
             raise KzError(f"evaluator worker failed to start: {msg[1].splitlines()[0]}")
         worker.info = msg[1]
@@ -175,8 +264,9 @@ class LocalPool:
                 w.conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
+        deadline = time.monotonic() + 5  # one grace period for all: busy workers are killed, not waited on
         for w in self.workers.values():
-            w.proc.join(timeout=5)
+            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             w.kill()
         self.workers.clear()
 
@@ -190,15 +280,16 @@ class LocalPool:
     def map(self, jobs: Iterable[EvalJob]) -> Iterator[EvalResult]:
         """Evaluate ``jobs``; yield each result as soon as it is ready (not in submission order)."""
         self.start()
-        queue = collections.deque(jobs)
+        self._requeued = 0
+        queue = self._queue = collections.deque(jobs)
         while queue or any(w.job for w in self.workers.values()):
             now = time.monotonic()
-            for w in self.workers.values():
+            for w in list(self.workers.values()):
                 if w.job is None and queue:
-                    w.job = queue.popleft()
-                    w.deadline, w.tick = now + w.job.config.timeout_s, now
-                    w.conn.send(w.job)
+                    self._dispatch(w, queue, now)
             busy = [w for w in self.workers.values() if w.job is not None]
+            if not busy:  # every job sent this round went back to the queue (its worker was found dead)
+                continue
             for w in busy:  # time spent only waiting for the GPU lock does not count against the job
                 if w.lock is not None and w.lock.is_waiting(w.lock_index):
                     w.deadline += now - w.tick
@@ -212,29 +303,83 @@ class LocalPool:
                 if result is not None:
                     yield result
 
+    def _dispatch(self, w: _Worker, queue: collections.deque, now: float) -> None:
+        job = queue.popleft()
+        try:
+            w.conn.send(job)
+        except OSError:  # the worker died while idle: not this job's doing, so it goes to a fresh worker
+            self._replace(w)
+            self._requeue(job)
+            return
+        w.job, w.started = job, False
+        w.deadline, w.tick = now + job.config.timeout_s, now
+
+    def _requeue(self, job) -> None:
+        self._requeued += 1
+        if self._requeued > MAX_REQUEUES * max(1, len(self.workers)):
+            raise KzError("evaluator workers keep dying before their jobs start; results so far are saved")
+        self._queue.appendleft(job)
+
     def _collect(self, w: _Worker, ready: list) -> EvalResult | None:
         job = w.job
         if w.conn in ready:
             try:
-                _, result, poisoned = w.conn.recv()
-            except (EOFError, OSError):
-                pass  # died mid-send; handled as a crash below
-            else:
-                w.job = None
-                if poisoned:
-                    self._replace(w)
-                return result
-        if w.proc.sentinel in ready or not w.proc.is_alive():
+                message = receive(w.conn)
+            except EOFError:  # its end closed: it died, or a candidate closed the pipe
+                return self._lost(w)
+            except ChannelError as exc:
+                return self._junk(w, exc)
+            if message == ("started",):  # the worker has the job: from now on what happens to it is the job's
+                w.started = True
+                return None
+            if len(message) != 3 or message[0] != "result" or _result_of(message[1]) != _job_of(job):
+                return self._junk(w, f"a {message[0]!r} message that is not {_job_of(job)}'s result")
             w.job = None
-            w.proc.join(timeout=5)  # the pipe can close before the process is reaped: wait for its exit code
-            how = _exit_description(w.proc)
-            self._replace(w)
-            return _failure(job, Status.RUNTIME_ERROR, f"the worker process {how} while running this candidate (crash)")
+            if message[2]:  # poisoned
+                self._replace(w)
+            return message[1]
+        if w.proc.sentinel in ready or not w.proc.is_alive():
+            return self._lost(w)
         if time.monotonic() >= w.deadline:
             w.job = None
             self._replace(w)
             return _failure(job, Status.TIMEOUT, f"no result within {job.config.timeout_s:g} s; the worker was killed")
         return None
+
+    def _lost(self, w: _Worker) -> EvalResult | None:
+        """The worker died or closed its pipe. Before it took the job, the job goes back to the queue."""
+        job, w.job = w.job, None
+        w.proc.join(timeout=5)  # the pipe can close before the process is reaped: wait for its exit code
+        how = _exit_description(w.proc)
+        self._replace(w)
+        if not w.started:
+            self._requeue(job)
+            return None
+        if how == "did not exit":
+            return _failure(job, Status.RUNTIME_ERROR, "the worker closed its result pipe while running this candidate")
+        return _failure(job, Status.RUNTIME_ERROR, f"the worker process {how} while running this candidate (crash)")
+
+    def _junk(self, w: _Worker, what) -> EvalResult:
+        job, w.job = w.job, None
+        self._replace(w)
+        return _failure(
+            job,
+            Status.RUNTIME_ERROR,
+            f"the worker's result pipe carried something other than this job's result ({what}); the worker was "
+            "killed (candidate code must not write to file descriptors it does not own)",
+        )
+
+
+def _job_of(job) -> tuple:
+    if isinstance(job, EvalJob):
+        return (job.candidate.problem, job.candidate.language, job.candidate.sample)
+    return (job.problem.name,)
+
+
+def _result_of(result) -> tuple:
+    if isinstance(result, EvalResult):
+        return (result.problem, result.language, result.sample)
+    return (getattr(result, "problem", None),)
 
 
 def _failure(job, status: Status, message: str):

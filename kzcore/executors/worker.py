@@ -1,7 +1,9 @@
 """The worker process: set up the device and plugins once, then evaluate jobs sent over a pipe until told
-to stop. Candidate code only ever runs here, in a scratch directory, with credentials scrubbed from the
-environment, no core dumps and a cap on file sizes. Nothing heavy is imported at module level: the environment
-(CUDA_VISIBLE_DEVICES, TRITON_INTERPRET) must be set before torch or triton load."""
+to stop. Candidate code only ever runs here, in a scratch directory, behind the fences of `sandbox`: no
+network, credentials scrubbed from the environment, capped memory and files, no core dumps, no new
+processes, and a clean slate after every job. Nothing heavy is imported at module level: the environment
+(CUDA_VISIBLE_DEVICES, TRITON_INTERPRET) must be set before torch or triton load, and the network namespace
+needs a process that has no threads yet."""
 
 from __future__ import annotations
 
@@ -13,46 +15,91 @@ from pathlib import Path
 
 LOG_LIMIT = 4 * 1024 * 1024  # candidate stdout/stderr kept per worker before the log is truncated
 FILE_SIZE_LIMIT = 1 << 30  # no file a candidate writes may exceed 1 GiB (RLIMIT_FSIZE)
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY", "AUTH")
+SECRET_MARKERS = (
+    "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "AUTH",
+)  # fmt: skip
+SECRET_PREFIXES = ("AWS_", "AZURE_")  # cloud SDK settings: keys, sessions, profiles
+# KZ_SANDBOX_SKIP=netns,process-guard,memory switches fences off (to test what is behind them)
+SANDBOX_SKIP = "KZ_SANDBOX_SKIP"
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(m in upper for m in SECRET_MARKERS) or upper.startswith(SECRET_PREFIXES) or upper.endswith("_KEY")
 
 
 def scrub_environment(environ=os.environ) -> list[str]:
     """Remove variables that look like credentials, so candidate code never sees them; returns their names."""
-    gone = [k for k in environ if any(m in k.upper() for m in SECRET_MARKERS)]
+    gone = [k for k in environ if is_secret_name(k)]
     for k in gone:
         del environ[k]
     return gone
 
 
 def _limit_resources() -> None:
-    """No core dumps, and a cap on the size of any file written (a candidate filling the disk)."""
+    """No core dumps, and a cap on the size of any file written (a candidate filling the disk: past it a
+    write fails with EFBIG, since Python ignores SIGXFSZ). Soft and hard, so a candidate cannot lift them."""
     import resource
 
     for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)):
         try:
             soft, hard = resource.getrlimit(limit)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(limit, (cap, hard))
+            resource.setrlimit(limit, (cap, cap))
         except (ValueError, OSError):
             pass
 
 
-def _redirect_output(workdir: Path) -> Path:
-    """Send fds 1 and 2 to a log file so candidate prints never reach the user's terminal or our pipe."""
-    log = workdir / "worker.log"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    return log
+def _fence(device: str, memory_limit: int | None) -> dict:
+    """Put up the sandbox fences that must come before torch loads; returns what is up, for the run header."""
+    from kzcore.executors import sandbox
 
-
-def _trim_log(log: Path) -> None:
+    skip = {s.strip() for s in os.environ.get(SANDBOX_SKIP, "").split(",") if s.strip()}
+    gone = scrub_environment()
+    fences = {
+        "secrets_removed": len(gone),
+        "start_environment_wiped": sandbox.wipe_start_environment(gone),
+        "network": sandbox.isolate_network(use_namespace="netns" not in skip),
+    }
     try:
-        if log.stat().st_size > LOG_LIMIT:
-            os.truncate(log, 0)
+        os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool
     except OSError:
         pass
+    _limit_resources()
+    limit = None if "memory" in skip else memory_limit
+    fences["memory_limit"] = sandbox.limit_memory(limit, device)
+    fences["memory_limit_gib"] = round(limit / sandbox.GIB, 1) if limit and fences["memory_limit"] != "none" else None
+    fences["subreaper"] = sandbox.become_subreaper()
+    fences["process_guard"] = "process-guard" not in skip
+    return fences
+
+
+def _escaped(job, exc: BaseException):
+    """The result for a job whose candidate raised SystemExit (sys.exit) or another BaseException that the
+    pipeline does not catch: the worker is fine, the candidate failed."""
+    from kzcore.types import EvalJob, Status
+
+    message = f"the candidate raised {type(exc).__name__}{exc.args!r} out of the evaluation"[:500]
+    if isinstance(job, EvalJob):
+        return job.result(Status.RUNTIME_ERROR, message + " (sys.exit is not a way out of an evaluation)")
+    from kzcore.evaluate.problem_check import failed_report
+
+    return failed_report(job, f"runtime_error: {message}")
+
+
+def _left_processes(result, strays: list[str]):
+    """A result whose candidate left processes running behind it (they were killed) is hack_suspected."""
+    from kzcore.types import EvalResult, Status
+
+    if not isinstance(result, EvalResult):
+        return result
+    import attrs
+
+    message = (
+        f"the candidate left {len(strays)} process(es) running after its evaluation: {', '.join(strays[:5])}; "
+        "they were killed (candidate code may not start processes)"
+    )
+    return attrs.evolve(result, status=Status.HACK_SUSPECTED, message=f"{message}\n{result.message}".strip())
 
 
 def _setup_torch(device: str, tf32: bool) -> dict:
@@ -60,7 +107,7 @@ def _setup_torch(device: str, tf32: bool) -> dict:
 
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    info = {"torch": torch.__version__, "device_name": "cpu", "tf32": tf32}
+    info = {"torch": str(torch.__version__), "device_name": "cpu", "tf32": tf32}
     if device == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")
@@ -70,15 +117,25 @@ def _setup_torch(device: str, tf32: bool) -> dict:
 
 
 def worker_main(
-    conn, worker_id: int, device: str, env: dict, plugin_specs: list, tf32: bool, gpu_lock=None, lock_index: int = 0
+    conn,
+    worker_id: int,
+    device: str,
+    env: dict,
+    plugin_specs: list,
+    tf32: bool,
+    gpu_lock=None,
+    lock_index: int = 0,
+    memory_limit: int | None = None,
 ) -> None:
     os.environ.update(env)
-    scrub_environment()
-    _limit_resources()
+    fences = _fence(device, memory_limit)
+    from kzcore.executors.sandbox import CleanSlate, guard_processes
+
     workdir = Path(tempfile.mkdtemp(prefix=f"kz-worker{worker_id}-"))
     os.chdir(workdir)
     sys.path.insert(0, str(workdir))
-    log = _redirect_output(workdir)
+    slate = CleanSlate(workdir, LOG_LIMIT)  # fds 1 and 2 go to its log: prints never reach our pipe or a tty
+    slate.restore()
     try:
         info = _setup_torch(device, tf32)
         from kzcore.evaluate.pipeline import evaluate_job
@@ -89,7 +146,14 @@ def worker_main(
         pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
         set_plugin_manager(pm)
         pm.hook.kz_worker_started(device=device)
+        if fences.pop("process_guard"):
+            guard_processes(workdir)
+            fences["process_guard"] = "python"
+        else:
+            fences["process_guard"] = "off"
+        slate.snapshot()
         info["pid"] = os.getpid()
+        info["sandbox"] = fences
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
         return
@@ -101,11 +165,17 @@ def worker_main(
             return
         if job is None:
             return
-        if isinstance(job, EvalJob):
-            result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
-        else:
-            result, poisoned = check_problem_job(job, workdir, device)
-        _trim_log(log)
+        conn.send(("started",))  # a death before this is not the job's doing: the pool sends it again
+        try:
+            if isinstance(job, EvalJob):
+                result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+            else:
+                result, poisoned = check_problem_job(job, workdir, device)
+        except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
+            result, poisoned = _escaped(job, exc), False
+        strays = slate.restore()  # before reporting: a death while restoring is charged to this job
+        if strays:
+            result = _left_processes(result, strays)
         conn.send(("result", result, poisoned))
         if poisoned:
             return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker

@@ -1,5 +1,6 @@
-"""The cuda language's prompt sections: its rules, the launcher API (kept to 25 lines, a test counts them)
-and a one-shot example (KernelBench's elementwise add)."""
+"""The prompt sections of both CUDA dialects: for ``cuda`` its rules, the launcher API (kept to 25 lines, a
+test counts them) and a one-shot example (KernelBench's elementwise add); for ``cuda-inline`` its rules and
+the same example written with load_inline."""
 
 from kzcore.builtins.prompting import one_shot
 
@@ -54,5 +55,64 @@ class ModelNew(nn.Module):
         n = a.numel()
         add_kernel(grid=((n + 255) // 256,), block=(256,), args=(a, b, out, i64(n)))
         return out
+```"""
+)
+
+# ---- the cuda-inline dialect: KernelBench's load_inline format -------------------------------------------
+
+INLINE_RULES = """Write the kernels in CUDA C++ and build them with `torch.utils.cpp_extension.load_inline` at module
+level (it is compiled once with nvcc and cached):
+- `cuda_sources`: your `__global__` kernels plus a host function per entry point that checks its inputs,
+  allocates outputs (`torch::empty`, `torch::empty_like`, `torch::zeros`) and launches the kernels with
+  `<<<grid, block>>>`. `cpp_sources`: the declarations of those host functions. `functions`: their names.
+- No cuBLAS, cuDNN, CUTLASS or ATen internals, and no PyTorch compute in C++ (`torch::matmul`, `at::mm`,
+  `x.sum()`, ...): every operation runs in your own kernels.
+- `ModelNew.forward` only calls your extension's functions, allocates, and takes views and shapes
+  (`view`, `reshape`, `contiguous`, `size`). No `torch.*` math, no `torch.nn.functional`, no tensor methods
+  such as `.sum()`, no `@`, no calls to `nn` submodules, no try/except, no cupy/triton/kz_cuda.
+- Create the same parameters as `Model`, in the same order (keep `self.linear = nn.Linear(...)` and pass
+  `self.linear.weight` to your function). Inputs are read-only. Guard every access with a bounds check."""
+
+INLINE_EXAMPLE = one_shot(
+    """```python
+import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r\"\"\"
+__global__ void add_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                           float* __restrict__ out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {
+    TORCH_CHECK(a.is_cuda() && b.is_cuda() && a.sizes() == b.sizes(), "expected CUDA tensors of one shape");
+    auto a_c = a.contiguous();
+    auto b_c = b.contiguous();
+    auto out = torch::empty_like(a_c);
+    long long n = a_c.numel();
+    int threads = 256;
+    long long blocks = (n + threads - 1) / threads;
+    add_kernel<<<(unsigned int)blocks, threads>>>(a_c.data_ptr<float>(), b_c.data_ptr<float>(),
+                                                  out.data_ptr<float>(), n);
+    return out;
+}
+\"\"\"
+
+cpp_source = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
+
+add_ext = load_inline(
+    name="add_ext",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["add_cuda"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return add_ext.add_cuda(a, b)
 ```"""
 )

@@ -13,7 +13,7 @@ import attrs
 from kz_cuda.compile import compile_cuda
 from kzcore.problems import import_module_from_file
 
-KERNEL_DEFINITION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^()]*\)\s*)?void\s+[A-Za-z_]\w*\s*\(")
+KERNEL_DEFINITION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^()]*\)\s*)?void\s+([A-Za-z_]\w*)\s*\(")
 
 
 @attrs.frozen
@@ -27,6 +27,15 @@ class KernelString:
 def is_kernel_source(text: str) -> bool:
     """A string that defines at least one ``__global__`` kernel."""
     return bool(KERNEL_DEFINITION.search(text))
+
+
+def kernel_names(module) -> list[str]:
+    """Every ``__global__`` kernel name the candidate's source defines (a profiler traces an ``extern "C"``
+    kernel under its own name and a C++ one under a mangled name that contains it)."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return []
+    return sorted({m.group(1) for m in KERNEL_DEFINITION.finditer(Path(path).read_text())})
 
 
 def kernel_strings(source: str) -> list[KernelString]:

@@ -12,7 +12,14 @@ import ast
 
 from kz_cuda.runtime import is_kernel_source
 from kz_cuda.signature import parse_kernels
-from kzcore.evaluate.static import FORBIDDEN_ATTRS, FORBIDDEN_IMPORTS, ModuleInfo, dotted, forward_violations
+from kzcore.evaluate.static import (
+    FORBIDDEN_ATTRS,
+    FORBIDDEN_IMPORTS,
+    ModuleInfo,
+    dotted,
+    escape_violations,
+    forward_violations,
+)
 
 PUBLIC = frozenset("load_kernels i32 u32 i64 u64 f32 f64".split())
 FORBIDDEN = FORBIDDEN_IMPORTS | {"kz_triton"}
@@ -89,4 +96,4 @@ def check_source(source: str) -> list[str]:
             elif path.startswith("kz_cuda.") and path.split(".")[1] not in PUBLIC:
                 internals.setdefault(node.lineno, path)
     problems += [f"line {line}: `{name}` reaches into PyTorch or kzcore internals" for line, name in internals.items()]
-    return problems + forward_violations(mod)
+    return problems + escape_violations(tree) + forward_violations(mod)

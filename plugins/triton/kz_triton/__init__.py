@@ -52,6 +52,24 @@ def kz_instrument_candidate(language, module):
 
 
 @hookimpl
+def kz_kernel_names(language, module):
+    if language != NAME:
+        return None
+    from kz_triton.runtime import kernel_names
+
+    return kernel_names(module)
+
+
+@hookimpl
+def kz_precompile(language, model, inputs):
+    if language != NAME:
+        return None
+    from kz_triton.runtime import precompile
+
+    return precompile(model, inputs)
+
+
+@hookimpl
 def kz_worker_started(device):
     from kz_triton.runtime import warm_up
 

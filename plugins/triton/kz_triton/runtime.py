@@ -13,34 +13,55 @@ def load_module(path: Path):
     return import_module_from_file(path, path.stem)
 
 
-def _jit_functions(module) -> list:
-    """The innermost jitted (or interpreted) function behind every kernel defined in ``module``."""
+_compile_only = [False]  # set while precompile() runs a forward: launches compile and return
+
+
+def _jit_functions(module) -> list[tuple[object, bool]]:
+    """(innermost jitted or interpreted function, whether an autotuner wraps it) for every kernel defined in
+    ``module``."""
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import KernelInterface
 
-    found = []
+    found: list[tuple[object, bool]] = []
     for value in vars(module).values():
-        fn = value
+        fn, tuned = value, False
         while isinstance(fn, KernelInterface) and isinstance(getattr(fn, "fn", None), KernelInterface):
+            tuned = tuned or isinstance(fn, Autotuner)
             fn = fn.fn  # Autotuner / Heuristics wrap the jitted function in .fn
         python_fn = getattr(fn, "fn", None)
         if not isinstance(fn, KernelInterface) or getattr(python_fn, "__module__", None) != module.__name__:
             continue  # not a kernel, or one imported from elsewhere: only the candidate's own kernels count
-        if all(fn is not f for f in found):
-            found.append(fn)
+        for i, (other, other_tuned) in enumerate(found):
+            if other is fn:
+                found[i] = (fn, other_tuned or tuned)
+                break
+        else:
+            found.append((fn, tuned))
     return found
+
+
+def kernel_names(module) -> list[str]:
+    """The candidate's kernels' names: a Triton kernel is traced under its Python function's name."""
+    return [fn.fn.__name__ for fn, _ in _jit_functions(module)]
 
 
 def instrument(module):
     """Wrap each kernel's ``run`` (what ``kernel[grid](...)`` calls) to count launches, to suspend the
-    torch-op guard during the launch itself, and to report Triton compilation failures as CompileError."""
+    torch-op guard during the launch itself, and to report Triton compilation failures as CompileError.
+    Under precompile() a launch only compiles (Triton's ``warmup``) and is not counted."""
     from triton.compiler.errors import CompilationError
 
     count = [0]
-    for fn in _jit_functions(module):
+    for fn, tuned in _jit_functions(module):
         original = fn.run
 
-        def run(*args, _original=original, **kwargs):
-            count[0] += 1
+        def run(*args, _original=original, _tuned=tuned, **kwargs):
+            if _compile_only[0]:
+                if _tuned:  # the autotuner would time every config: leave it to the first real launch
+                    raise guard.PrecompileAbort("autotuned kernel")
+                kwargs["warmup"] = True
+            else:
+                count[0] += 1
             try:
                 with guard.suspended():
                     return _original(*args, **kwargs)
@@ -49,6 +70,31 @@ def instrument(module):
 
         fn.run = run
     return lambda: count[0]
+
+
+def precompile(model, inputs) -> bool:
+    """Run ``model``'s forward once with every kernel launch turned into a compile (no GPU work, no count),
+    so the correctness trials find their kernels compiled. False when there is nothing to gain (the CPU
+    interpreter compiles nothing) or the forward could not run this way (autotuning, a computing torch op,
+    code that needs real results); the kernels then compile at their first launch. A compile error is
+    raised: the candidate's verdict."""
+    import os
+
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    _compile_only[0] = True
+    try:
+        with torch.no_grad(), guard.compile_only():
+            model(*inputs)
+        return True
+    except CompileError:
+        raise
+    except Exception:
+        return False
+    finally:
+        _compile_only[0] = False
 
 
 def warm_up(device: str) -> None:

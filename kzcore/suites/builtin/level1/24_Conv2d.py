@@ -27,4 +27,8 @@ def get_init_inputs():
     return [in_channels, out_channels]
 
 
-KZ_SIZES = {"small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9}}
+# "alt": a second shape for one more trial, so a kernel that hard-codes the tested shape fails.
+KZ_SIZES = {
+    "small": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 9, "width": 9},
+    "alt": {"batch_size": 3, "in_channels": 4, "out_channels": 5, "height": 11, "width": 10},
+}

@@ -29,4 +29,8 @@ def get_init_inputs():
     return [in_features, out_features]
 
 
-KZ_SIZES = {"small": {"batch_size": 33, "in_features": 48, "out_features": 40}}
+# "alt": a second shape for one more trial, so a kernel that hard-codes the tested shape fails.
+KZ_SIZES = {
+    "small": {"batch_size": 33, "in_features": 48, "out_features": 40},
+    "alt": {"batch_size": 41, "in_features": 56, "out_features": 37},
+}

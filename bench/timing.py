@@ -1,0 +1,370 @@
+"""Timing fidelity of the evaluator on one GPU, and what the input defences cost. Writes JSON (--out) and
+prints a compact summary.
+
+  repeat          the built-in Triton solution of each problem evaluated --repeats times in one worker:
+                  coefficient of variation of the speedup (target <= 2 %)
+  self_reference  kz_time_candidate called directly with reference = candidate = the problem's own Model
+                  (two instances, separate input clones), several passes: the ratio must be 1.00 +- 0.03
+  implausible     a candidate that serves cached outputs once a timing loop starts (tests/adversarial/
+                  warm_cache.py): the re-verification must turn its speedup into hack_suspected; the same
+                  with re-verification off (what would have been accepted); built-in solutions put through a
+                  forced re-verification (its latency)
+  defence_costs   each repeat problem once with input variation, second shape and re-verification off
+
+    python bench/timing.py --out bench/results/timing.json            (GPU)
+    python bench/timing.py --device cpu --out /tmp/timing.json        (smoke run: Triton interpreter, small
+                                                                       sizes, a wall-clock timer; no figure
+                                                                       from it is a performance figure)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # workers import this module's CPU timer as "bench.timing"
+
+from kzcore import hookimpl  # noqa: E402
+from kzcore.types import Timing  # noqa: E402
+
+ADVERSARIAL = ROOT / "tests" / "adversarial"
+REPEAT_PROBLEMS = "1_ReLU,11_Softmax,19_Matmul,13_LayerNorm"
+SELF_REF_PROBLEMS = "1_ReLU,11_Softmax,13_LayerNorm,19_Matmul,24_Conv2d,25_MaxPool2d"
+TARGET_CV = 0.02
+TARGET_SELF_REF = 0.03
+FORCED = 1e-6  # an implausible_speedup every measured speedup exceeds: re-verification always runs
+SMOKE_IMPLAUSIBLE = 1.2
+
+
+class CpuWallTimer:
+    """Smoke runs only (device "cpu"): interleaved wall-clock medians, so the speedup paths run without a
+    GPU. Registered by this script alone, never by the evaluator."""
+
+    @hookimpl
+    def kz_time_candidate(self, device, reference, candidate, config):
+        if device != "cpu":
+            return None
+        for _ in range(config.warmup):
+            reference()
+            candidate()
+        ref, cand = [], []
+        for i in range(min(config.reps, 30)):
+            for fn, out in (
+                ((reference, ref), (candidate, cand)) if i % 2 == 0 else ((candidate, cand), (reference, ref))
+            ):
+                t = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t) * 1000)
+        return Timing(
+            ref_ms=max(statistics.median(ref), 1e-6),
+            cand_ms=max(statistics.median(cand), 1e-6),
+            reps=len(ref),
+            note="cpu wall clock (smoke run: not a performance figure)",
+        )
+
+
+CPU_WALL_TIMER = CpuWallTimer()
+
+
+def cv(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return None
+    return statistics.stdev(values) / statistics.mean(values)
+
+
+def row(result, e2e_s: float, **extra) -> dict:
+    return {
+        "problem": result.problem,
+        "status": result.status.value,
+        "speedup": result.speedup,
+        "ref_ms": result.ref_ms,
+        "cand_ms": result.cand_ms,
+        "timing_reps": result.timing_reps,
+        "reverified": result.reverified,
+        "second_shape": result.second_shape,
+        "e2e_s": round(e2e_s, 4),
+        "stages": result.stages,
+        "message": result.message[:300],
+        **extra,
+    }
+
+
+class Bench:
+    def __init__(self, args):
+        from kzcore.plugins import new_plugin_manager
+        from kzcore.problems import load_problems, load_solutions
+        from kzcore.types import EvalConfig
+
+        self.args = args
+        self.timer_specs = ["bench.timing:CPU_WALL_TIMER"] if args.device == "cpu" else []
+        self.pm = new_plugin_manager(load_entry_points=False, extra=["kz_triton"])
+        if args.device == "cpu":
+            self.pm.register(CPU_WALL_TIMER, name="bench.timing:CPU_WALL_TIMER")
+        self.problems = {p.name: p for p in load_problems("builtin", pm=self.pm)}
+        self.solutions = {
+            c.problem: c for c in load_solutions("builtin", list(self.problems.values()), "triton", pm=self.pm)
+        }
+        self.config = EvalConfig(device=args.device, timeout_s=args.timeout)
+        self.pool = None
+
+    def start(self) -> float:
+        from kzcore.executors.local import LocalPool
+
+        t = time.perf_counter()
+        self.pool = LocalPool(workers=1, config=self.config, plugins=["kz_triton", *self.timer_specs]).start()
+        return time.perf_counter() - t
+
+    def evaluate(self, name: str, source: str, sample: int = 0, **overrides):
+        import attrs
+
+        from kzcore.types import Candidate, EvalJob
+
+        problem = self.problems[name]
+        cand = Candidate(problem=name, language="triton", level=problem.level, sample=sample, source=source)
+        config = attrs.evolve(self.config, **overrides)
+        t = time.perf_counter()
+        (result,) = self.pool.map([EvalJob(problem, cand, config)])
+        return result, time.perf_counter() - t
+
+    # -- (a) -----------------------------------------------------------------------------------------
+    def repeat(self) -> dict:
+        t0 = time.perf_counter()
+        out, rows = {}, []
+        for name in self.args.problems.split(","):
+            runs = [self.evaluate(name, self.solutions[name].source, sample=i) for i in range(self.args.repeats)]
+            for i, (r, s) in enumerate(runs):
+                rows.append(row(r, s, section="repeat", run=i))
+            speedups = [r.speedup for r, _ in runs]
+            out[name] = {
+                "statuses": sorted({r.status.value for r, _ in runs}),
+                "speedups": speedups,
+                "speedup_mean": statistics.mean(speedups) if None not in speedups else None,
+                "speedup_cv": cv(speedups),
+                "ref_ms_cv": cv([r.ref_ms for r, _ in runs]),
+                "cand_ms_cv": cv([r.cand_ms for r, _ in runs]),
+                "e2e_median_s": statistics.median(s for _, s in runs),
+                "second_shape_s": statistics.median(r.stages.get("second_shape", 0.0) for r, _ in runs),
+                "inputs_s": statistics.median(r.stages.get("inputs", 0.0) for r, _ in runs),
+            }
+            print(f"repeat {name:16s} speedups {_fmt(speedups)} cv {_pct(out[name]['speedup_cv'])}", file=sys.stderr)
+        cvs = [v["speedup_cv"] for v in out.values() if v["speedup_cv"] is not None]
+        worst = max(cvs) if cvs else None
+        ok = worst is not None and worst <= TARGET_CV and all(v["statuses"] == ["correct"] for v in out.values())
+        return {"problems": out, "max_speedup_cv": worst, "target_cv": TARGET_CV, "ok": ok,
+                "wall_s": round(time.perf_counter() - t0, 3)}, rows  # fmt: skip
+
+    # -- (b) -----------------------------------------------------------------------------------------
+    def self_reference(self) -> dict:
+        import torch
+
+        t0 = time.perf_counter()
+        device = self.pool.device
+        torch.backends.cuda.matmul.allow_tf32 = False  # as the evaluator's reference runs
+        torch.backends.cudnn.allow_tf32 = False
+        out = {}
+        for name in self.args.self_ref_problems.split(","):
+            out[name] = self.self_reference_one(name, device)
+            print(f"self-reference {name:16s} ratios {_fmt(out[name]['ratios'])}", file=sys.stderr)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        devs = [v["max_dev"] for v in out.values() if v["max_dev"] is not None]
+        worst = max(devs) if devs else None
+        return {"problems": out, "max_dev": worst, "target": TARGET_SELF_REF,
+                "ok": worst is not None and worst <= TARGET_SELF_REF, "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+
+    def self_reference_one(self, name: str, device: str) -> dict:
+        """Two instances of the problem's Model (same seed, so the same weights) on separate clones of one
+        input set, timed against each other through kz_time_candidate, ``--passes`` times."""
+        import torch
+
+        from kzcore.evaluate.pipeline import clone_inputs
+        from kzcore.problems import apply_size_profile, import_module_from_file
+        from kzcore.types import EvalConfig
+
+        size = "full" if device == "cuda" else "small"
+        mod = import_module_from_file(Path(self.problems[name].path), f"kz_bench_selfref_{name}")
+        apply_size_profile(mod, size)
+        with torch.device(device):
+            torch.manual_seed(0)
+            init = list(mod.get_init_inputs())
+            models = []
+            for _ in range(2):
+                torch.manual_seed(0)
+                models.append(mod.Model(*init))
+            torch.manual_seed(1)
+            inputs = list(mod.get_inputs())
+        first, second = clone_inputs(inputs), clone_inputs(inputs)
+        del inputs
+
+        def forward(model, args):
+            return self.pm.hook.kz_run_forward(language="reference", model=model, inputs=args)
+
+        config = EvalConfig(device=device)
+        timings = [
+            self.pm.hook.kz_time_candidate(
+                device=device,
+                reference=lambda: forward(models[0], first),
+                candidate=lambda: forward(models[1], second),
+                config=config,
+            )
+            for _ in range(self.args.passes)
+        ]
+        ratios = [t.speedup for t in timings]
+        return {
+            "ratios": ratios,
+            "max_dev": max(abs(r - 1.0) for r in ratios) if None not in ratios else None,
+            "ref_ms": [t.ref_ms for t in timings],
+            "spreads": [(t.ref_spread, t.cand_spread) for t in timings],
+            "reps": [t.reps for t in timings],
+            "size": size,
+        }
+
+    # -- (c) -----------------------------------------------------------------------------------------
+    def implausible(self) -> tuple[dict, list]:
+        t0 = time.perf_counter()
+        cheat = (ADVERSARIAL / "warm_cache.py").read_text()
+        cases, rows = {}, []
+
+        def case(label: str, name: str, source: str, expect: str, reverified: bool, **overrides):
+            result, seconds = self.evaluate(name, source, **overrides)
+            ok = result.status.value == expect and result.reverified is reverified
+            cases[label] = {
+                "problem": name,
+                "expected": expect,
+                "status": result.status.value,
+                "ok": ok,
+                "speedup": result.speedup,
+                "reverified": result.reverified,
+                "reverify_s": result.stages.get("reverify"),
+                "e2e_s": round(seconds, 4),
+                "message": result.message[:300],
+            }
+            rows.append(row(result, seconds, section="implausible", case=label))
+            print(f"implausible {label:34s} {result.status.value:15s} speedup {result.speedup}", file=sys.stderr)
+
+        # A wall clock on a CPU cannot show the cache's full advantage: the smoke run lowers the threshold.
+        threshold = {"implausible_speedup": SMOKE_IMPLAUSIBLE} if self.args.device == "cpu" else {}
+        case("cache_after_warmup", "1_ReLU", cheat, "hack_suspected", False, **threshold)
+        case("cache_after_warmup_implausible_off", "1_ReLU", cheat, "correct", False, implausible_speedup=0.0)
+        for name in self.args.forced.split(","):
+            source = self.solutions[name].source
+            case(f"forced_reverify_{name}", name, source, "correct", True, implausible_speedup=FORCED)
+        caught = cases["cache_after_warmup"]
+        return {"cases": cases, "ok": all(c["ok"] for c in cases.values()),
+                "cheat_speedup_when_trusted": cases["cache_after_warmup_implausible_off"]["speedup"],
+                "cheat_caught": caught["status"] == "hack_suspected" and "re-verification failed" in caught["message"],
+                "wall_s": round(time.perf_counter() - t0, 3)}, rows  # fmt: skip
+
+    # -- (d) -----------------------------------------------------------------------------------------
+    def defence_costs(self, repeat: dict) -> tuple[dict, list]:
+        t0 = time.perf_counter()
+        out, rows = {}, []
+        bare = {"input_variation": "none", "second_shape": "", "implausible_speedup": 0.0}
+        for name in self.args.problems.split(","):
+            result, seconds = self.evaluate(name, self.solutions[name].source, sample=100, **bare)
+            rows.append(row(result, seconds, section="bare"))
+            full = repeat["problems"][name]
+            out[name] = {
+                "bare_e2e_s": round(seconds, 4),
+                "default_e2e_median_s": full["e2e_median_s"],
+                "bare_inputs_s": result.stages.get("inputs"),
+                "default_inputs_s": full["inputs_s"],
+                "second_shape_s": full["second_shape_s"],
+            }
+        return {"problems": out, "wall_s": round(time.perf_counter() - t0, 3)}, rows
+
+
+def _fmt(values) -> str:
+    return "[" + ", ".join("None" if v is None else f"{v:.3f}" for v in values) + "]"
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--problems", default=None, help=f"for repeat (default {REPEAT_PROBLEMS})")
+    parser.add_argument("--self-ref-problems", default=None, help=f"default {SELF_REF_PROBLEMS}")
+    parser.add_argument("--repeats", type=int, default=None, help="evaluations per problem (GPU 5, CPU 2)")
+    parser.add_argument("--passes", type=int, default=3, help="self-reference timing passes per problem")
+    parser.add_argument("--forced", default="1_ReLU,19_Matmul", help="solutions put through a forced re-verification")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.device == "auto":
+        from kzcore.executors.local import resolve_device
+
+        args.device = resolve_device("auto")
+    smoke = args.device == "cpu"
+    args.problems = args.problems or ("1_ReLU" if smoke else REPEAT_PROBLEMS)
+    args.self_ref_problems = args.self_ref_problems or ("1_ReLU,11_Softmax" if smoke else SELF_REF_PROBLEMS)
+    args.repeats = args.repeats or (2 if smoke else 5)
+
+    from kzcore.results import package_versions
+
+    t0 = time.perf_counter()
+    bench = Bench(args)
+    startup_s = bench.start()
+    try:
+        repeat, rows = bench.repeat()
+        implausible, more = bench.implausible()
+        costs, bare_rows = bench.defence_costs(repeat)
+        self_ref = bench.self_reference()
+        info = dict(bench.pool.info)
+    finally:
+        bench.pool.close()
+    report = {
+        "bench": "timing",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": platform.node(),
+        "device": info.get("device_name") or args.device,
+        "smoke": smoke,
+        "packages": package_versions(),
+        "pool_startup_s": round(startup_s, 3),
+        "summary": {
+            "max_speedup_cv": repeat["max_speedup_cv"],
+            "self_reference_max_dev": self_ref["max_dev"],
+            "implausible_cheat_caught": implausible["cheat_caught"],
+            "cheat_speedup_when_trusted": implausible["cheat_speedup_when_trusted"],
+            "ok": {"repeat": repeat["ok"], "self_reference": self_ref["ok"], "implausible": implausible["ok"]},
+            "wall_s": {
+                "repeat": repeat["wall_s"],
+                "self_reference": self_ref["wall_s"],
+                "implausible": implausible["wall_s"],
+                "defence_costs": costs["wall_s"],
+            },  # fmt: skip
+        },
+        "repeat": repeat,
+        "self_reference": self_ref,
+        "implausible": implausible,
+        "defence_costs": costs,
+        "total_s": round(time.perf_counter() - t0, 3),
+        "results": rows + more + bare_rows,
+    }
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    s = report["summary"]
+    print(f"timing bench on {report['device']}{' (smoke: not performance figures)' if smoke else ''}")
+    print(f"  repeat          max speedup CV {_pct(s['max_speedup_cv'])} (target <= {_pct(TARGET_CV)})")
+    print(f"  self-reference  max |ratio - 1| {s['self_reference_max_dev']} (target <= {TARGET_SELF_REF})")
+    print(f"  implausible     cheat caught: {s['implausible_cheat_caught']} "
+          f"(trusted, it would have scored {s['cheat_speedup_when_trusted']}x)")  # fmt: skip
+    print(f"  ok {s['ok']}  wall {s['wall_s']}  total {report['total_s']} s")
+    if not args.out:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

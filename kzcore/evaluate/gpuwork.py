@@ -1,0 +1,82 @@
+"""Whose kernels did the GPU work? One forward runs under the torch profiler; each GPU kernel it ran is
+attributed to the candidate (its name contains one of the candidate's kernel names, ``kz_kernel_names``),
+to memory housekeeping (fills, copies, memsets: what allocation and ``.contiguous()`` do), or to someone
+else (ATen, cuBLAS, cuDNN, CuPy, ...). A forward whose GPU time is mostly someone else's did not do the
+work itself, whatever route it took around the dispatch guard."""
+
+from __future__ import annotations
+
+import attrs
+
+HOUSEKEEPING = ("fill", "copy", "memset", "memcpy", "arange")  # lower-cased name parts of allowed kernels
+FOREIGN_SHARE_LIMIT = 0.10  # more than this share of the forward's GPU time in foreign kernels is flagged
+FOREIGN_MIN_US = 10.0  # ... when it is also at least this long (noise-level kernels never decide)
+
+
+@attrs.frozen
+class GpuWork:
+    own_us: float
+    housekeeping_us: float
+    foreign: dict[str, float]  # kernel name -> microseconds
+
+    @property
+    def foreign_us(self) -> float:
+        return sum(self.foreign.values())
+
+    @property
+    def total_us(self) -> float:
+        return self.own_us + self.housekeeping_us + self.foreign_us
+
+    @property
+    def foreign_share(self) -> float:
+        return self.foreign_us / self.total_us if self.total_us else 0.0
+
+    def verdict(self) -> str | None:
+        """A hack_suspected message, or None when the candidate's own kernels did the work."""
+        if self.foreign_us < FOREIGN_MIN_US or self.foreign_share <= FOREIGN_SHARE_LIMIT:
+            return None
+        top = sorted(self.foreign.items(), key=lambda kv: -kv[1])[:3]
+        names = ", ".join(f"{_short(name)} ({us:.0f} us)" for name, us in top)
+        return (
+            f"{self.foreign_share:.0%} of the forward's GPU time ran in kernels that are not the candidate's "
+            f"own: {names}"
+        )
+
+
+def _short(name: str, limit: int = 80) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def classify(kernels: list[tuple[str, float]], own_names: list[str]) -> GpuWork:
+    """Attribute (kernel name, microseconds) pairs."""
+    own = housekeeping = 0.0
+    foreign: dict[str, float] = {}
+    for name, us in kernels:
+        if any(n and n in name for n in own_names):
+            own += us
+        elif any(part in name.lower() for part in HOUSEKEEPING):
+            housekeeping += us
+        else:
+            foreign[name] = foreign.get(name, 0.0) + us
+    return GpuWork(own, housekeeping, foreign)
+
+
+def profile_kernels(run) -> list[tuple[str, float]]:
+    """(name, device microseconds) of every GPU kernel and memory operation ``run()`` caused, on any stream."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = []
+    for event in prof.events():
+        if getattr(event, "device_type", None) != DeviceType.CUDA:
+            continue
+        us = getattr(event, "device_time", None)
+        if us is None:  # older torch
+            us = getattr(event, "cuda_time", 0.0)
+        kernels.append((event.name, float(us)))
+    return kernels

@@ -1,0 +1,233 @@
+"""Tamper detection in the worker: candidate code runs in the evaluator's own process, so after a candidate
+is imported, after its correctness trials and after timing the pipeline asks: was any function the verdict or
+the timer relies on replaced (timers, ``torch.cuda.synchronize``, CUDA events, ``torch``'s namespace and
+``Tensor`` methods, the result pipe, kzcore's own modules)? Was a torch function or dispatch mode left on (it
+would rewrite the reference and the comparison), or a precision switch such as TF32 flipped? Did candidate
+code start a Python thread outside its kernel launches (the op guard's dispatch mode is per thread, so work
+there is unseen)?
+
+Neighbours: ``pipeline.Evaluation.run`` holds a ``Watch``; ``guard`` records the forward's operators."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Namespaces whose functions and classes the evaluation depends on (time, compare, sync, result pipe).
+WATCHED_MODULES = (
+    "builtins",
+    "time",
+    "math",
+    "statistics",
+    "torch",
+    "torch._C",
+    "torch.cuda",
+    "torch.nn.functional",
+    "torch.overrides",
+    "torch.testing",
+    "torch.utils._python_dispatch",
+    "multiprocessing.connection",
+    "multiprocessing.reduction",
+)
+WATCHED_CLASSES = (
+    "torch.Tensor",
+    "torch.nn.Module",
+    "torch.cuda.Event",
+    "torch.cuda.Stream",
+    "multiprocessing.connection.Connection",
+)
+OWN_PACKAGES = ("kzcore", "kz_triton", "kz_cuda")
+CANDIDATE_PREFIX = "kz_candidate_"  # pipeline.load_candidate's file names
+THREAD_STARTERS = (("_thread", "start_new_thread"), ("_thread", "start_new"), ("threading", "_start_new_thread"))
+_MISSING = object()
+_module_type = type(sys)
+
+# (id(owner), name) -> (label, owner, name, value as recorded)
+_watched: dict[tuple[int, str], tuple[str, object, str, object]] = {}
+# id(owner) -> (label, owner, the names it had), for classes and kzcore's modules: a name added there
+# later can shadow an inherited method (``Tensor.any`` set on torch.Tensor) or a builtin (``type`` set on a
+# kzcore module). A name added to a library module shadows nothing, and libraries add some lazily.
+_namespaces: dict[int, tuple[str, object, frozenset[str]]] = {}
+_seen_modules: set[str] = set()
+_threads_started = [0]
+_torch_dir = ["/nonexistent"]
+
+
+def _resolve(path: str):
+    head, _, attr = path.rpartition(".")
+    if head and head in sys.modules:
+        return getattr(sys.modules[head], attr, None)
+    return sys.modules.get(path)
+
+
+def _record(label: str, owner, keep) -> None:
+    if isinstance(owner, type) or label.split(".")[0] in OWN_PACKAGES:
+        _namespaces.setdefault(id(owner), (label, owner, frozenset(vars(owner))))
+    for name, value in list(vars(owner).items()):
+        if keep(name, value):
+            _watched.setdefault((id(owner), name), (f"{label}.{name}", owner, name, value))
+
+
+def _is_code(name: str, value) -> bool:
+    return callable(value) or isinstance(value, (type(sys), classmethod, staticmethod, property))
+
+
+def _is_own_binding(name: str, value) -> bool:
+    """Everything a kzcore module binds except private data (counters and flags that change by design)."""
+    return _is_code(name, value) or not name.startswith("_")
+
+
+def _extend_baseline() -> None:
+    """Record what is loaded and not yet watched: the library namespaces once, kzcore's own modules (and the
+    classes they define) as the harness imports them. Called before each candidate is loaded."""
+    import threading  # noqa: F401  (imported so its thread starter can be counted)
+
+    import torch._dynamo  # noqa: F401  (the op guard's first dispatch mode imports it, rebinding torch names)
+
+    _torch_dir[0] = str(Path(torch.__file__).parent)
+
+    for path in WATCHED_MODULES + WATCHED_CLASSES:
+        if path not in _seen_modules and (owner := _resolve(path)) is not None:
+            _seen_modules.add(path)
+            _record(path, owner, _is_code)
+    for name, module in list(sys.modules.items()):
+        if name in _seen_modules or module is None or name.split(".")[0] not in OWN_PACKAGES:
+            continue
+        _seen_modules.add(name)
+        _record(name, module, _is_own_binding)
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                _record(f"{name}.{value.__name__}", value, _is_code)
+    _count_thread_starts()
+
+
+def _from_candidate(frame) -> bool:
+    while frame is not None:
+        if Path(frame.f_code.co_filename).name.startswith(CANDIDATE_PREFIX):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _count_thread_starts() -> None:
+    """Wrap Python's thread starters (once) to count threads that candidate code starts outside its own
+    kernel launches (a compiler's worker threads during a launch are not the candidate's)."""
+    from kzcore.evaluate import guard
+
+    for module_name, attr in THREAD_STARTERS:
+        module = sys.modules.get(module_name)
+        start = getattr(module, attr, None)
+        if start is None or getattr(start, "_kz_counting", False):
+            continue
+
+        def counting(*args, _start=start, **kwargs):
+            if guard._depth == 0 and _from_candidate(sys._getframe(1)):
+                _threads_started[0] += 1
+            return _start(*args, **kwargs)
+
+        counting._kz_counting = True
+        setattr(module, attr, counting)
+        _watched[(id(module), attr)] = (f"{module_name}.{attr}", module, attr, counting)
+
+
+def _active_modes() -> list[str]:
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    modes = list(_get_current_function_mode_stack()) + list(_get_current_dispatch_mode_stack())
+    return [type(m).__name__ for m in modes]
+
+
+def precision_settings() -> dict[str, object]:
+    """Process-wide precision switches: turning one on lowers the *reference's* precision too."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+        "allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def _torch_wrapper_of(current, value) -> bool:
+    """Whether ``current`` is torch's own wrapper around ``value`` (importing torch._dynamo wraps a few
+    public torch functions, e.g. ``torch.manual_seed``): code in torch's directory, ``__wrapped__`` = value.
+    Attribute access only, no builtins (a candidate could have replaced those)."""
+    try:
+        return current.__dict__.get("__wrapped__") is value and current.__code__.co_filename.startswith(_torch_dir[0])
+    except AttributeError:
+        return False
+
+
+def replaced() -> list[str]:
+    """Watched names whose binding is no longer the one recorded (replaced or deleted). No builtins are
+    called here: they are among the watched names a candidate could replace."""
+    out = []
+    for label, owner, name, value in _watched.values():
+        current = owner.__dict__.get(name, _MISSING)
+        if current is not value and not _torch_wrapper_of(current, value):
+            out.append(label)
+    return out
+
+
+# Dunders Python itself caches on a class: copyreg stores ``__slotnames__`` the first time an instance is
+# pickled (a worker pickles results and configs), so it appearing is not tampering.
+CACHED_DUNDERS = frozenset({"__slotnames__"})
+
+
+def added() -> list[str]:
+    """Names bound in a watched namespace since it was recorded, other than submodules (importing
+    ``package.sub`` binds ``sub`` on the package) and a module's dunders (``warnings`` adds
+    ``__warningregistry__``; a module dunder shadows nothing)."""
+    out = []
+    for label, owner, names in _namespaces.values():
+        is_module = owner.__class__ is _module_type
+        for name, value in owner.__dict__.items():
+            if name in names or value.__class__ is _module_type:
+                continue
+            if name in CACHED_DUNDERS or (is_module and name.startswith("__") and name.endswith("__")):
+                continue
+            out.append(f"{label}.{name}")
+    return out
+
+
+def _listing(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+class Watch:
+    """One evaluation's view: created before the candidate is loaded; ``findings()`` lists what the
+    candidate has done to the process since, worded for the verdict message ([] when nothing)."""
+
+    def __init__(self):
+        _extend_baseline()
+        self.threads_before = _threads_started[0]
+        self.precision = precision_settings()
+
+    def findings(self) -> list[str]:
+        out = []
+        for verb, names in (("replaced", replaced()), ("added", added())):
+            if names:
+                out.append(f"{verb} {_listing(names)} (monkey-patching the evaluator, timers or torch)")
+        now = precision_settings()
+        changed = [name for name, value in self.precision.items() if now[name] != value]
+        if changed:
+            out.append(f"changed precision setting(s) {', '.join(changed)}")
+        modes = _active_modes()
+        if modes:
+            out.append(f"left torch mode(s) {', '.join(modes)} switched on (it would rewrite the reference's ops)")
+        started = _threads_started[0] - self.threads_before
+        if started:
+            out.append(f"started {started} Python thread(s) outside its kernel launches (unseen by the op guard)")
+        return out
+
+    def tampered(self) -> bool:
+        """Whether ``findings()`` has anything, counting a check that cannot even run as tampering."""
+        try:
+            return bool(self.findings())
+        except Exception:
+            return True

@@ -1,0 +1,32 @@
+"""Fault: forward forks (bounded: one child, which would sleep a minute) (1_ReLU). The static check
+refuses `os.fork`; the worker refuses it at run time too (tests/test_faults.py)."""
+
+import os
+import time
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        if os.fork() == 0:  # the child: linger where the evaluator cannot see it
+            time.sleep(60)
+            os._exit(0)
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out

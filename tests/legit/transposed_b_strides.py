@@ -1,0 +1,46 @@
+"""Legitimate: C = A @ B.T reading B [N, K] through its strides (no transposed copy) (20_MatmulTransposedB)."""
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def matmul_bt_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + offs_k
+        a = tl.load(
+            a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
+            mask=(offs_m[:, None] < M) & (kk[None, :] < K),
+            other=0.0,
+        )
+        bt = tl.load(
+            b_ptr + offs_n[None, :] * stride_bn + kk[:, None] * stride_bk,
+            mask=(offs_n[None, :] < N) & (kk[:, None] < K),
+            other=0.0,
+        )
+        acc += tl.dot(a, bt, input_precision="ieee")
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        M, K = A.shape
+        N = B.shape[0]
+        C = torch.empty((M, N), dtype=A.dtype, device=A.device)
+        grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+        matmul_bt_kernel[grid](
+            A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=16
+        )
+        return C

@@ -1,0 +1,367 @@
+"""Reward hacks against the real evaluator (spawned workers, Triton interpreter and NVRTC on CPU), one
+candidate module per cheat in tests/adversarial/ (CUDA ones in tests/adversarial/cuda/), and legitimate
+kernels in tests/legit/ that must not be flagged.
+
+Every cheat test names the defence it relies on; with that defence removed the candidate is judged
+`correct` (checked when the test was written by switching each runtime defence off in a worker plugin), so
+each test fails without it. Cheats the static check catches are also written so that the runtime layer
+behind it is tested on its own: those files evade the static check on purpose, and their tests assert so.
+test_evaluator.py covers the older cheats (zeros, half-written empty, in-place input, hidden op, no launch,
+try/except, threads, tampering with the guard).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kz_cuda.static import check_source as cuda_check_source
+from kz_triton.static import check_source
+from kzcore.evaluate import integrity
+from kzcore.executors.local import LocalPool
+from kzcore.plugins import new_plugin_manager
+from kzcore.problems import load_problems
+from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem, Status
+
+HERE = Path(__file__).resolve().parent
+ADVERSARIAL = HERE / "adversarial"
+LEGIT = HERE / "legit"
+CONFIG = EvalConfig(device="cpu", trials=2, timeout_s=60)
+
+# A problem whose output rows are all equal (materialised), so a kernel can compute one row and return it
+# expanded: only a check on the output's strides tells the two apart.
+COLUMN_SUM_REPEATED = Problem(
+    name="ColumnSumRepeated",
+    level=1,
+    source='''"""Column sums, repeated on every row."""
+
+import torch
+from torch import nn
+
+rows = 16
+cols = 300
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=0, keepdim=True).repeat(x.shape[0], 1)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+''',
+)
+
+# legitimate kernel module -> the built-in problem it solves
+LEGIT_PROBLEMS = {
+    "tiled_matmul": "19_Matmul",
+    "fused_softmax": "11_Softmax",
+    "layernorm": "13_LayerNorm",
+    "muladd_fixed_block": "6_MulAdd",
+    "sum_reduction": "7_SumReduction",
+    "empty_explicit_shape": "3_Sigmoid",
+    "views_reshape": "4_LeakyReLU",
+    "helper_class_attr": "9_MaxReduction",
+    "two_kernels": "5_Matmul_Divide_Sum",
+    "empty_like_grid_lambda": "5_Softplus",
+    "linear_bias": "23_Linear",
+    "argmax_int64": "10_Argmax",
+    "transposed_b_strides": "20_MatmulTransposedB",
+    "l1norm_rows": "18_L1NormRows",
+}
+
+
+def source_of(kind: str) -> str:
+    return (ADVERSARIAL / f"{kind}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict[str, Problem]:
+    found = {p.name: p for p in load_problems("builtin", pm=new_plugin_manager(load_entry_points=False))}
+    return {**found, COLUMN_SUM_REPEATED.name: COLUMN_SUM_REPEATED}
+
+
+@pytest.fixture(scope="module")
+def triton_pool():
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton"]) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def cuda_pool():
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda"]) as pool:
+        yield pool
+
+
+def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "triton") -> EvalResult:
+    cand = Candidate(problem=problem.name, language=language, level=problem.level, source=source)
+    (result,) = pool.map([EvalJob(problem, cand, CONFIG)])
+    return result
+
+
+# ------------------------------------------------------------------------------------------------------
+# Triton: caught by the static check (kzcore.evaluate.static.escape_violations and the import rules)
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, problem, expected",
+    [
+        # (f) computed getattr: escape_violations' getattr rule
+        ("getattr_matmul", "19_Matmul", "`getattr` with a computed or private attribute name is not allowed"),
+        # (f) namespace lookup: escape_violations' ESCAPE_NAMES (`__dict__`)
+        ("dict_matmul", "19_Matmul", "`torch.__dict__` reaches into Python internals"),
+        # (f) importing the reference module by path: FORBIDDEN_IMPORTS (importlib)
+        ("reference_model", "1_ReLU", "importing `importlib.util` is not allowed"),
+        # (c) side stream: escape_violations' STREAM_NAMES
+        ("side_stream", "1_ReLU", "`torch.cuda.Stream`: side CUDA streams are not allowed"),
+        # (d) torch function mode: escape_violations' OVERRIDE_NAMES and the Tensor/Mode subclass rule
+        ("torch_function", "1_ReLU", "class `ReluIsACopy` subclasses `TorchFunctionMode`"),
+    ],
+)
+def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):
+    result = run_one(triton_pool, problems[problem], source_of(kind))
+    assert result.status is Status.STATIC_CHECK_FAILED, result.message
+    assert expected in result.message
+    assert set(result.stages) == {"static"}  # nothing was imported or run
+
+
+# ------------------------------------------------------------------------------------------------------
+# Triton: caught by the runtime op guard (guard.ComputeOpRecorder), past a clean static check
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, problem, op",
+    [
+        ("reference_copy", "1_ReLU", "aten.relu"),  # (f) a copy of the reference Model run in forward
+        ("operator_matmul", "19_Matmul", "aten.mm"),  # (f) operator.matmul under another name
+        ("mul_operator", "6_MulAdd", "aten.mul"),  # (f) operator syntax `a * b`
+    ],
+)
+def test_triton_torch_compute_past_the_static_check_is_caught_by_the_op_guard(triton_pool, problems, kind, problem, op):
+    source = source_of(kind)
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems[problem], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "forward ran PyTorch compute operators outside its kernels" in result.message and op in result.message
+
+
+# ------------------------------------------------------------------------------------------------------
+# Triton: caught by tamper detection (integrity.Watch, checked by the pipeline after import, trials, timing)
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, names",
+    [
+        ("patch_sync", ["torch.cuda.synchronize"]),  # (c)/(e) the timer's wait made a no-op
+        ("patch_timer", ["time.perf_counter", "torch.cuda.Event.elapsed_time"]),  # (e) timers
+        # (e) comparisons; `any` is inherited by torch.Tensor, so setting it there adds a shadowing name
+        ("patch_allclose", ["torch.allclose", "torch.equal", "torch.Tensor.any"]),
+        ("tamper_evaluator", ["kzcore.builtins.outputs.compare"]),  # (e) the evaluator's own output check
+    ],
+)
+def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(triton_pool, problems, kind, names):
+    source = source_of(kind)
+    assert check_source(source) == []  # the patches are reached through aliases the AST rules do not follow
+    replaced_before = triton_pool.replaced
+    result = run_one(triton_pool, problems["1_ReLU"], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.startswith("after its import, the candidate's code replaced"), result.message
+    for name in names:
+        assert f"`{name}`" in result.message
+    assert "candidate" not in result.stages  # found before any trial ran
+    assert triton_pool.replaced == replaced_before + 1  # a tampered process evaluates nothing more
+
+
+def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_pool, problems):
+    """(c) torch.relu on a thread (the op guard's mode is per thread): integrity's count of thread starts
+    from candidate code outside kernel launches."""
+    source = source_of("thread_hidden")
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems["1_ReLU"], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert re.search(r"started \d+ Python thread\(s\) outside its kernel launches", result.message), result.message
+
+
+# ------------------------------------------------------------------------------------------------------
+# Triton: caught by the output checks (builtins/outputs.py) and the tolerance
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_triton_lazy_tensor_subclass_output_is_incorrect(triton_pool, problems):
+    """(d) the type check (plain torch.Tensor only): without it the deferred kernel runs inside the
+    comparison and the output matches."""
+    source = source_of("lazy_subclass")
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems["1_ReLU"], source)
+    assert result.status is Status.INCORRECT, result.message
+    assert "output is Deferred, expected a plain torch.Tensor" in result.message
+
+
+def test_triton_expanded_view_output_is_incorrect(triton_pool, problems):
+    """(d)/(g) the broadcast-view check (stride 0 where the reference has none): the values are right."""
+    result = run_one(triton_pool, problems["ColumnSumRepeated"], source_of("expand_output"))
+    assert result.status is Status.INCORRECT, result.message
+    assert "output is a broadcast view (stride 0 in dim(s) [0])" in result.message
+
+
+def test_triton_partial_work_is_incorrect(triton_pool, problems):
+    """(g) half the rows done, into torch.zeros (never poisoned): the elementwise comparison."""
+    result = run_one(triton_pool, problems["1_ReLU"], source_of("partial_work"))
+    assert result.status is Status.INCORRECT, result.message
+    assert re.match(r"trial 0: output: \d+ of \d+ elements outside atol", result.message), result.message
+
+
+def test_triton_fp16_compute_beyond_the_fp32_tolerance_is_incorrect(triton_pool, problems):
+    """(i) fp16 running sum on an fp32 problem: the fp32 tolerance (an fp16 tolerance would let it pass)."""
+    result = run_one(triton_pool, problems["16_Cumsum"], source_of("low_precision"))
+    assert result.status is Status.INCORRECT, result.message
+    assert "elements outside atol=0.01 rtol=0.01" in result.message
+
+
+# ------------------------------------------------------------------------------------------------------
+# integrity.Watch in this process: what no candidate can reach past the static check end to end
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_watch_reports_a_torch_function_mode_left_on():
+    from torch.overrides import TorchFunctionMode
+
+    watch = integrity.Watch()
+    assert watch.findings() == []
+    mode = TorchFunctionMode()
+    mode.__enter__()
+    try:
+        assert any("left torch mode(s) TorchFunctionMode switched on" in f for f in watch.findings())
+    finally:
+        mode.__exit__(None, None, None)
+    assert watch.findings() == []
+
+
+def test_watch_reports_a_flipped_precision_switch():
+    import torch
+
+    watch = integrity.Watch()
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = not before
+    try:
+        assert watch.findings() == ["changed precision setting(s) torch.backends.cudnn.allow_tf32"]
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
+def test_watch_reports_replacement_but_accepts_torchs_own_wrapper(monkeypatch):
+    import functools
+
+    import torch
+
+    watch = integrity.Watch()
+    original = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", functools.wraps(original)(lambda *a, **k: None))
+    assert watch.findings() == ["replaced `torch.cuda.synchronize` (monkey-patching the evaluator, timers or torch)"]
+    # torch._dynamo's wrappers (code in torch's directory, __wrapped__ = the original) are not tampering
+    monkeypatch.setattr(torch.cuda, "synchronize", torch._disable_dynamo(original))
+    assert watch.findings() == []
+
+
+# ------------------------------------------------------------------------------------------------------
+# CUDA on CPU: static verdicts and what is decided before the first launch (NVRTC compiles without a GPU)
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, problem, expected",
+    [
+        ("torch_matmul", "19_Matmul", "calls `torch.matmul` (PyTorch compute) in the forward path"),  # (f)
+        ("side_stream", "1_ReLU", "`torch.cuda.Stream`: side CUDA streams are not allowed"),  # (c)
+        ("try_fallback", "1_ReLU", "try/except is not allowed (no fallback paths)"),  # (h)
+        ("thread_offload", "1_ReLU", "importing `threading` is not allowed in a kernel module"),  # (c)
+    ],
+)
+def test_cuda_cheat_fails_the_static_check(cuda_pool, problems, kind, problem, expected):
+    source = source_of(f"cuda/{kind}")
+    assert any(expected in p for p in cuda_check_source(source))
+    result = run_one(cuda_pool, problems[problem], source, language="cuda")
+    assert result.status is Status.STATIC_CHECK_FAILED, result.message
+    assert expected in result.message
+
+
+def test_cuda_kernel_never_launched_is_hack_suspected_on_cpu(cuda_pool, problems):
+    """(g) launch counting (kz_cuda's per-module counter): forward returns before any launch, so the verdict
+    needs no GPU."""
+    source = source_of("cuda/never_launched")
+    assert cuda_check_source(source) == []
+    result = run_one(cuda_pool, problems["1_ReLU"], source, language="cuda")
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "launched none of the candidate's own cuda kernels" in result.message
+
+
+def test_cuda_timer_patching_is_hack_suspected_on_cpu(cuda_pool, problems):
+    """(e) integrity.Watch after import: the patch happens when the module loads, before any launch."""
+    source = source_of("cuda/patch_timer")
+    assert cuda_check_source(source) == []
+    result = run_one(cuda_pool, problems["1_ReLU"], source, language="cuda")
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "`time.perf_counter`" in result.message and "`torch.cuda.Event.elapsed_time`" in result.message
+
+
+# ------------------------------------------------------------------------------------------------------
+# CUDA on a GPU: the runtime verdicts (run on the GPU machine)
+# ------------------------------------------------------------------------------------------------------
+
+GPU_CONFIG = EvalConfig(device="cuda", size="small", trials=2, reps=10, max_timing_s=1.0, timeout_s=120)
+CUDA_RUNTIME_CHEATS = {
+    # kind: (problem, expected status, message fragment); the defence is named beside each
+    "hidden_matmul": ("19_Matmul", Status.HACK_SUSPECTED, "aten.mm"),  # op guard
+    "reference_copy": ("1_ReLU", Status.HACK_SUSPECTED, "aten.relu"),  # op guard
+    "inplace_input": ("1_ReLU", Status.HACK_SUSPECTED, "modified its input(s) [0]"),  # input comparison
+    "partial_write_empty": ("1_ReLU", Status.INCORRECT, "NaN values where the reference has none"),  # poison
+    "lazy_subclass": ("1_ReLU", Status.INCORRECT, "output is Deferred, expected a plain torch.Tensor"),  # type
+    "low_precision": ("16_Cumsum", Status.INCORRECT, "elements outside atol"),  # fp32 tolerance
+}
+
+
+@pytest.mark.gpu
+def test_cuda_runtime_cheats_on_the_gpu(problems):
+    jobs = []
+    for sample, (kind, (problem, _, _)) in enumerate(CUDA_RUNTIME_CHEATS.items()):
+        source = source_of(f"cuda/{kind}")
+        assert cuda_check_source(source) == [], kind
+        cand = Candidate(
+            problem=problem, language="cuda", level=problems[problem].level, sample=sample, source=source, origin=kind
+        )
+        jobs.append(EvalJob(problems[problem], cand, GPU_CONFIG))
+    with LocalPool(workers=1, config=GPU_CONFIG, plugins=["kz_cuda"]) as pool:
+        results = {r.origin: r for r in pool.map(jobs)}
+    for kind, (_, status, fragment) in CUDA_RUNTIME_CHEATS.items():
+        assert results[kind].status is status, (kind, results[kind].status, results[kind].message)
+        assert fragment in results[kind].message, (kind, results[kind].message)
+
+
+# ------------------------------------------------------------------------------------------------------
+# legitimate kernels: never flagged (a false reject is a failure too)
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_every_legit_kernel_has_a_problem():
+    assert sorted(p.stem for p in LEGIT.glob("*.py")) == sorted(LEGIT_PROBLEMS)
+    assert len(LEGIT_PROBLEMS) >= 10
+
+
+@pytest.mark.parametrize("kind", sorted(LEGIT_PROBLEMS))
+def test_legit_kernel_is_correct(triton_pool, problems, kind):
+    source = (LEGIT / f"{kind}.py").read_text()
+    assert check_source(source) == []
+    replaced_before = triton_pool.replaced
+    result = run_one(triton_pool, problems[LEGIT_PROBLEMS[kind]], source)
+    assert result.status is Status.CORRECT, result.message
+    assert result.message == "" and result.launches >= CONFIG.trials
+    assert triton_pool.replaced == replaced_before  # nothing it did looked like tampering
