@@ -33,7 +33,10 @@ def throughput_pass(problems, candidates, by_key, args, pm) -> dict:
     from kzcore.types import EvalConfig, EvalJob
 
     config = EvalConfig(device=args.device, size=args.size, workers_per_gpu=args.workers_per_gpu)
-    out = {"workers_per_gpu": args.workers_per_gpu, "repeat": args.repeat}
+    if args.repeat > 1:  # every repeat compiles its kernels again, as a new rollout's distinct source would
+        os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    out = {"workers_per_gpu": args.workers_per_gpu, "repeat": args.repeat,
+           "triton_always_compile": os.environ.get("TRITON_ALWAYS_COMPILE") == "1"}  # fmt: skip
     for level in sorted({c.level for c in candidates}):
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")
         pool = LocalPool(config=config, plugins=plugin_specs(pm)).start()
@@ -66,9 +69,13 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--size", default="auto")
     parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--workers-per-gpu", type=int, default=3, help="for the throughput pass")
-    parser.add_argument("--repeat", type=int, default=1, help="throughput pass: each candidate this many times")
+    parser.add_argument("--workers-per-gpu", type=int, default=4, help="for the throughput pass")
+    parser.add_argument(
+        "--repeat", type=int, default=3,
+        help="throughput pass: each candidate this many times (each compiling anew: TRITON_ALWAYS_COMPILE=1)",
+    )  # fmt: skip
     parser.add_argument("--throughput-only", action="store_true", help="skip the one-at-a-time latency pass")
+    parser.add_argument("--latency-only", action="store_true", help="skip the throughput pass")
     parser.add_argument("--scaling", action="store_true", help="throughput on 1 GPU vs all GPUs (subprocesses)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -124,7 +131,9 @@ def main() -> int:
         )
     total_s = time.perf_counter() - t0
     pool.close()
-    throughput = throughput_pass(problems, candidates, by_key, args, pm) if pool.device == "cuda" else None
+    throughput = None
+    if pool.device == "cuda" and not args.latency_only:
+        throughput = throughput_pass(problems, candidates, by_key, args, pm)
 
     def summary(level: int | None) -> dict:
         sel = [r for r in rows if level is None or r["problem"].startswith(f"level{level}/")]

@@ -1,6 +1,7 @@
 """Print a short summary of a bench JSON file: its scalar fields and summary dicts, then one line per result.
 
 python bench/summarize.py bench/results/2026-11-29-h200-harness-l1-final.json
+python bench/summarize.py --stages harness.json   # one line per result: status, e2e and stages >= 10 ms
 """
 
 from __future__ import annotations
@@ -34,8 +35,29 @@ def summarize(path: Path, brief: bool = False) -> list[str]:
     return lines
 
 
+def stage_lines(path: Path) -> list[str]:
+    """Each result's problem, status, end-to-end seconds and the stages that took 10 ms or more, then the
+    summaries' stage medians in full (the brief form cuts long lines)."""
+    data = json.loads(path.read_text())
+    lines = [f"# {path.name}"]
+    for row in data.get("results", []):
+        stages = " ".join(f"{k}={v:.3f}" for k, v in sorted(row.get("stages", {}).items()) if v >= 0.01)
+        lines.append(f"{row.get('problem')} {row.get('status')} e2e={row.get('e2e_s')} {stages}")
+    for level, summary in (data.get("summary") or {}).items():
+        if summary.get("candidates"):
+            medians = " ".join(f"{k}={v:.3f}" for k, v in summary.get("stage_median_s", {}).items() if v >= 0.001)
+            lines.append(
+                f"{level}: median e2e {summary.get('e2e_median_s')} p90 {summary.get('e2e_p90_s')} | {medians}"
+            )
+    return lines
+
+
 def main(argv: list[str]) -> int:
     brief = "--brief" in argv
+    if "--stages" in argv:
+        for name in (a for a in argv if not a.startswith("--")):
+            print("\n".join(stage_lines(Path(name))))
+        return 0
     names = [a for a in argv if a != "--brief"]
     if not names:
         print("usage: python bench/summarize.py [--brief] FILE.json [...]", file=sys.stderr)

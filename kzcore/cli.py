@@ -436,7 +436,7 @@ def _add_eval_args(parser) -> None:
     parser.add_argument("--rtol", type=float, default=1e-2)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
     parser.add_argument("--reps", type=int, default=100, help="most timed repetitions (GPU)")
-    parser.add_argument("--min-reps", type=int, default=30, help="fewest timed repetitions before stopping early")
+    parser.add_argument("--min-reps", type=int, default=100, help="fewest timed repetitions before stopping early")
     parser.add_argument(
         "--timing-precision", type=float, default=0.004,
         help="stop timing once both medians' relative standard errors are below this (0: always --reps)",

@@ -110,7 +110,7 @@ class EvalConfig:
     reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))  # the most timed pairs
     # Timing stops early, after at least min_reps pairs, once both medians are known to within
     # timing_precision (relative standard error); 0 always runs all ``reps``.
-    min_reps: int = attrs.field(default=30, validator=attrs.validators.ge(1))
+    min_reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))
     timing_precision: float = attrs.field(default=0.004, validator=attrs.validators.ge(0))
     gpu_work_check: bool = True  # profile one forward: most GPU time must be in the candidate's own kernels
     max_timing_s: float = 10.0

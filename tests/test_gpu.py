@@ -54,6 +54,38 @@ def test_poison_reaches_blocks_freed_on_a_side_stream_and_small_blocks():
     assert torch.isnan(c).all(), "a small-pool block must be poisoned too"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "float32"])
+def test_poisoned_blocks_read_nan_in_every_float_dtype(dtype):
+    import torch
+
+    from kzcore.evaluate.memory import poison_free_cache
+
+    x = torch.ones(1 << 22, device="cuda")
+    del x
+    poison_free_cache()
+    y = torch.empty(1 << 22, dtype=getattr(torch, dtype), device="cuda")
+    assert torch.isnan(y).all(), f"a poisoned block must read NaN as {dtype}"
+
+
+def test_poisoning_many_small_blocks_is_fast():
+    import time
+
+    import torch
+
+    from kzcore.evaluate.memory import free_blocks, poison_free_cache
+
+    keep = [torch.ones(n * 128 + 1, device="cuda") for n in range(1, 2001)]
+    del keep[::2]  # 1000 free holes between live blocks
+    torch.cuda.synchronize()
+    assert len(free_blocks()) >= 500
+    reserved = torch.cuda.memory_reserved()
+    t = time.perf_counter()
+    poison_free_cache()
+    seconds = time.perf_counter() - t
+    assert torch.cuda.memory_reserved() <= reserved
+    assert seconds < 0.2, f"poisoning {len(free_blocks())} free blocks took {seconds:.3f} s"
+
+
 def test_full_size_reference_solutions_are_correct_and_timed(plugins, tmp_path):
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "11_Softmax", "19_Matmul")]

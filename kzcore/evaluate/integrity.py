@@ -101,6 +101,11 @@ def _extend_baseline() -> None:
     _count_thread_starts()
 
 
+def prepare() -> None:
+    """Take the baseline now (worker start-up), with the imports it needs, rather than at the first job."""
+    _extend_baseline()
+
+
 def _from_candidate(frame) -> bool:
     while frame is not None:
         if Path(frame.f_code.co_filename).name.startswith(CANDIDATE_PREFIX):

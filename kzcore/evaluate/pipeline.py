@@ -528,6 +528,27 @@ class Evaluation:
         return attrs.evolve(base, **self.fields)
 
 
+def warm_up(device: str) -> None:
+    """Pay, once per worker before its first job, the one-time costs the first evaluation would otherwise
+    carry: the imports the integrity baseline and the op guard need (``torch._dynamo``, seconds where
+    bytecode is not cached), and on a GPU the profiler, the cache poisoning and the output check."""
+    import torch
+
+    integrity.prepare()
+    with guard.recorder(record=True):
+        torch.ones(2).add(1)
+    if device != "cuda":
+        return
+    gpuwork.profile_kernels(lambda: torch.ones(1024, device="cuda").add(1))
+    memory.poison_free_cache()
+    from kzcore.builtins.outputs import compare
+    from kzcore.types import EvalConfig
+
+    y = torch.ones(4, device="cuda")
+    compare([y], [y.clone()], EvalConfig())
+    torch.cuda.synchronize()
+
+
 def evaluate_job(
     job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0
 ) -> tuple[EvalResult, bool]:

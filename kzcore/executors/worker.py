@@ -7,6 +7,7 @@ needs a process that has no threads yet."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -21,6 +22,8 @@ SECRET_MARKERS = (
 SECRET_PREFIXES = ("AWS_", "AZURE_")  # cloud SDK settings: keys, sessions, profiles
 # KZ_SANDBOX_SKIP=netns,process-guard,memory switches fences off (to test what is behind them)
 SANDBOX_SKIP = "KZ_SANDBOX_SKIP"
+# KZ_WORKER_PROFILE=DIR writes a cProfile of every job (evaluation and clean-up) to DIR/<pid>-<n>.pstats
+PROFILE_DIR = "KZ_WORKER_PROFILE"
 
 
 def is_secret_name(name: str) -> bool:
@@ -102,6 +105,24 @@ def _left_processes(result, strays: list[str]):
     return attrs.evolve(result, status=Status.HACK_SUSPECTED, message=f"{message}\n{result.message}".strip())
 
 
+@contextlib.contextmanager
+def _profiled(directory: str | None, n: int, job):
+    """cProfile one job into ``directory`` (KZ_WORKER_PROFILE) for bench/profile_report.py; a no-op without it."""
+    if not directory:
+        yield
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        name = getattr(getattr(job, "problem", None), "name", "job")
+        profile.dump_stats(str(Path(directory) / f"{os.getpid()}-{n}-{name}.pstats"))
+
+
 def _setup_torch(device: str, tf32: bool) -> dict:
     import torch
 
@@ -138,7 +159,7 @@ def worker_main(
     slate.restore()
     try:
         info = _setup_torch(device, tf32)
-        from kzcore.evaluate.pipeline import evaluate_job
+        from kzcore.evaluate.pipeline import evaluate_job, warm_up
         from kzcore.evaluate.problem_check import check_problem_job
         from kzcore.plugins import new_plugin_manager, set_plugin_manager
         from kzcore.types import EvalJob
@@ -146,6 +167,7 @@ def worker_main(
         pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
         set_plugin_manager(pm)
         pm.hook.kz_worker_started(device=device)
+        warm_up(device)
         if fences.pop("process_guard"):
             guard_processes(workdir)
             fences["process_guard"] = "python"
@@ -158,6 +180,7 @@ def worker_main(
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
         return
     conn.send(("ready", info))
+    profile_dir, jobs_done = os.environ.get(PROFILE_DIR), 0
     while True:
         try:
             job = conn.recv()
@@ -166,14 +189,16 @@ def worker_main(
         if job is None:
             return
         conn.send(("started",))  # a death before this is not the job's doing: the pool sends it again
-        try:
-            if isinstance(job, EvalJob):
-                result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
-            else:
-                result, poisoned = check_problem_job(job, workdir, device)
-        except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
-            result, poisoned = _escaped(job, exc), False
-        strays = slate.restore()  # before reporting: a death while restoring is charged to this job
+        jobs_done += 1
+        with _profiled(profile_dir, jobs_done, job):
+            try:
+                if isinstance(job, EvalJob):
+                    result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+                else:
+                    result, poisoned = check_problem_job(job, workdir, device)
+            except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
+                result, poisoned = _escaped(job, exc), False
+            strays = slate.restore()  # before reporting: a death while restoring is charged to this job
         if strays:
             result = _left_processes(result, strays)
         conn.send(("result", result, poisoned))

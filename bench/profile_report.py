@@ -1,0 +1,44 @@
+"""Where evaluation time goes: merge the per-job cProfiles a pool wrote with KZ_WORKER_PROFILE=DIR and print
+the functions with the most cumulative and own time (per job, averaged over the jobs merged).
+
+    KZ_WORKER_PROFILE=/tmp/prof python bench/harness.py --levels 1 --out h.json
+    python bench/profile_report.py /tmp/prof --top 40 [--match Softmax]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import pstats
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("directory")
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--match", default="", help="only the jobs whose file name contains this")
+    args = parser.parse_args()
+    files = sorted(p for p in Path(args.directory).glob("*.pstats") if args.match in p.name)
+    if not files:
+        print(f"no .pstats files in {args.directory} matching {args.match!r}", file=sys.stderr)
+        return 1
+    out = io.StringIO()
+    stats = pstats.Stats(str(files[0]), stream=out)
+    for f in files[1:]:
+        stats.add(str(f))
+    print(f"{len(files)} jobs merged (totals below are summed over them)")
+    for key in ("cumulative", "tottime"):
+        out.seek(0)
+        out.truncate()
+        stats.sort_stats(key).print_stats(args.top)
+        text = out.getvalue()
+        start = text.find("   ncalls")
+        print(f"--- by {key}")
+        print(text[start:] if start >= 0 else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

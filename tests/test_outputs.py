@@ -1,0 +1,55 @@
+"""The default output check (kzcore.builtins.outputs.compare): its one-sync fast path and the exact slow path
+for non-finite values must agree on every verdict."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kzcore.builtins.outputs import compare
+from kzcore.types import EvalConfig
+
+INF, NAN = float("inf"), float("nan")
+REF = torch.tensor([1.0, INF, NAN, 2.0])
+
+
+@pytest.mark.parametrize(
+    "actual, ok",
+    [
+        ([1.0, INF, NAN, 2.0], True),  # same infinity, NaN where the reference has NaN
+        ([1.005, INF, NAN, 2.0], True),  # within tolerance next to non-finite elements
+        ([1.0, -INF, NAN, 2.0], False),  # the opposite infinity
+        ([1.0, 5.0, NAN, 2.0], False),  # a finite value where the reference is infinite
+        ([NAN, INF, NAN, 2.0], False),  # NaN where the reference is finite
+        ([1.0, INF, NAN, 2.5], False),  # out of tolerance
+    ],
+)
+def test_non_finite_reference_elements(actual, ok):
+    check = compare([REF], [torch.tensor(actual)], EvalConfig())
+    assert check.ok is ok, check.message
+
+
+def test_fast_path_reports_worst_errors_and_rejects_nan():
+    e = torch.linspace(1.0, 2.0, 1000)
+    a = e.clone()
+    a[10] += 0.005
+    check = compare([e], [a], EvalConfig())
+    assert check.ok and check.max_abs_err == pytest.approx(0.005, rel=1e-3)
+    assert check.max_rel_err == pytest.approx(0.005 / e[10].item(), rel=1e-3)
+    a[20] = NAN
+    check = compare([e], [a], EvalConfig())
+    assert not check.ok and "NaN" in check.message
+
+
+def test_infinite_actual_against_finite_reference_fails():
+    e = torch.ones(8)
+    a = e.clone()
+    a[3] = INF
+    assert not compare([e], [a], EvalConfig()).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.complex64])
+def test_dtypes_pass_when_equal_and_fail_when_off(dtype):
+    e = (torch.randn(256) + 3).to(dtype)
+    assert compare([e], [e.clone()], EvalConfig()).ok
+    assert not compare([e], [e * 1.5], EvalConfig()).ok
