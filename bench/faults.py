@@ -148,6 +148,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=20.0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="cuda adds GPU-only faults")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--max-seconds", type=float, default=0.0,
+        help="stop taking results after this long (0: never); the report then counts what ran and what did not",
+    )  # fmt: skip
     args = parser.parse_args()
     with listening_server() as (port, received), contextlib.ExitStack() as stack:
         signals: list[int] = []
@@ -178,9 +182,15 @@ def run(args, constants: dict, received: list, signals: list) -> int:
     pool = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(get_plugin_manager()))
     t0 = time.perf_counter()
     results, harness_error = [], None
+    stopped = False
     try:
         for r in pool.map(jobs):
             results.append(r)
+            elapsed = time.perf_counter() - t0
+            print(f"[{len(results)}/{len(jobs)} {elapsed:.0f}s] {kind_of[r.sample]}: {r.status.value}", file=sys.stderr)
+            if args.max_seconds and elapsed > args.max_seconds and len(results) < len(jobs):
+                stopped = True
+                break
     except Exception as exc:  # the number we want to be zero
         harness_error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -210,7 +220,10 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         "packages": package_versions(),
         "candidates": len(jobs),
         "results": len(results),
-        "lost_results": len(jobs) - len(by_sample),
+        # stopped by --max-seconds: the jobs not yet returned were abandoned by us, not lost by the pool
+        "stopped_early_after_s": args.max_seconds if stopped else None,
+        "not_run": len(jobs) - len(by_sample) if stopped else 0,
+        "lost_results": 0 if stopped else len(jobs) - len(by_sample),
         "harness_crashes": int(harness_error is not None),
         "harness_error": harness_error,
         "good_misfiled": len(misfiled_good),

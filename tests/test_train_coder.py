@@ -56,3 +56,16 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(sum(r["statuses"].values()) == 2 for r in rows)
     assert (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_reward_prepares_candidates_before_the_pool_evaluates_them(pool, problems, tmp_path, plugins):
+    from tests.test_cuda_inline import PREPARE_RECORDER
+
+    plugins("tests.test_cuda_inline:PREPARE_RECORDER")  # on the manager the reward reaches by default
+    PREPARE_RECORDER.calls.clear()
+    reward = CoderReward(problems, "triton", pool, CFG, CAGRPOConfig(tau=0.5), tmp_path / "r.jsonl")
+    good = [{"role": "assistant", "content": f"```python\n{fakes_policy.SOLUTION}```"}]
+    reward(prompts=[[]] * 2, completions=[good, good], problem=["1_ReLU", "3_Sigmoid"], level=[1, 1])
+    ((language, sources, config, _),) = PREPARE_RECORDER.calls
+    assert language == "triton" and config == CFG
+    assert sources == [fakes_policy.SOLUTION] * 2

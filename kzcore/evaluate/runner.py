@@ -51,6 +51,15 @@ def prepare_candidates(jobs: list[EvalJob], config: EvalConfig, pm) -> None:
         pm.hook.kz_prepare_candidates(language=language, sources=sources, config=config)
 
 
+def map_prepared(pool, jobs: list[EvalJob], pm=None):
+    """``pool.map(jobs)`` after ``prepare_candidates``: what every caller that hands a pool candidate code
+    (the trainer's reward, the Proposer's pass rates) uses, so a language's ahead-of-time work (cuda-inline
+    builds) runs on this machine's CPUs before any worker waits for it."""
+    if jobs:
+        prepare_candidates(jobs, jobs[0].config, pm or get_plugin_manager())
+    return pool.map(jobs)
+
+
 def evaluate(
     problems: list[Problem],
     candidates: list[Candidate],

@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.evaluate.runner import map_prepared
 from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, distributed_ca_grpo_rewards
 from kzcore.types import Candidate, EvalJob, Problem
@@ -65,7 +66,7 @@ class CoderReward:
                 problem=name, language=self.language, level=lvl, sample=i, completion=completion_text(completion)
             )
             jobs.append(EvalJob(problem=self.by_key[(lvl, name)], candidate=cand, config=self.eval_config))
-        by_sample = {r.sample: r for r in self.pool.map(jobs)}
+        by_sample = {r.sample: r for r in map_prepared(self.pool, jobs)}
         results = [by_sample[i] for i in range(len(jobs))]
         # groups are the completions of one prompt in this generation batch; every process counts calls alike
         verdicts = [Verdict(f"{self.calls}:{r.level}/{r.problem}", r.status, r.speedup) for r in results]

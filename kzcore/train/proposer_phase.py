@@ -19,6 +19,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.evaluate.problem_check import check_problems
+from kzcore.evaluate.runner import map_prepared
 from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
@@ -85,7 +86,7 @@ class ProposerReward:
             for c in samples:
                 cand = Candidate(problem.name, self.language, problem.level, c.sample_index, completion=c.text)
                 jobs.append(EvalJob(problem=problem, candidate=cand, config=self.eval_config))
-        passed = collections.Counter(r.problem for r in self.pool.map(jobs) if r.correct)
+        passed = collections.Counter(r.problem for r in map_prepared(self.pool, jobs) if r.correct)
         rates = {p.name: PassRate(round=self.run.round, k=self.k, passed=passed[p.name]) for p in problems}
         return [attrs.evolve(r, pass_rates=(*r.pass_rates, rates[r.name])) if r.name in rates else r for r in records]
 
