@@ -12,6 +12,7 @@ elsewhere the report says why it was not timed.
 
     python bench/cuda_compile.py --out bench/results/<date>-cpu-cuda-compile.json
     python bench/cuda_compile.py --inline --out bench/results/<date>-h200-cuda-compile.json
+    python bench/cuda_compile.py --inline --e2e ...   # + end-to-end evaluations of both dialects (GPU)
 """
 
 from __future__ import annotations
@@ -102,6 +103,67 @@ def time_inline(per_solution: dict, repeats: int) -> dict:
     return out
 
 
+def time_e2e() -> dict:
+    """End-to-end evaluation latency of each dialect's built-in solutions, one at a time through a warm
+    one-worker pool with cold caches (a new pool: NVRTC's in-memory cache empty; a fresh KZ_CACHE: every
+    load_inline build runs, in this process's prepare step, before the worker gets the job)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"not_timed": "needs a CUDA GPU"}
+    from kzcore.evaluate.runner import map_prepared
+    from kzcore.executors.local import LocalPool
+    from kzcore.plugins import get_plugin_manager, plugin_specs
+    from kzcore.problems import load_problems, load_solutions
+    from kzcore.types import EvalConfig, EvalJob
+
+    pm = get_plugin_manager()
+    problems = load_problems("builtin", pm=pm)
+    by_key = {(p.level, p.name): p for p in problems}
+    config = EvalConfig(device="cuda")
+    saved = os.environ.get("KZ_CACHE")
+    out: dict = {}
+    try:
+        for language in ("cuda", "cuda-inline"):
+            cache = _fresh_cache()
+            pool = LocalPool(workers=1, config=config, plugins=plugin_specs(pm)).start()
+            rows = []
+            try:
+                for cand in load_solutions("builtin", problems, language, pm=pm):
+                    job = EvalJob(problem=by_key[(cand.level, cand.problem)], candidate=cand, config=config)
+                    t = time.perf_counter()
+                    (result,) = list(map_prepared(pool, [job], pm))
+                    rows.append(
+                        {
+                            "problem": f"level{cand.level}/{cand.problem}",
+                            "status": result.status.value,
+                            "e2e_s": round(time.perf_counter() - t, 4),
+                            "stages": result.stages,
+                        }  # fmt: skip
+                    )
+                    print(
+                        f"e2e {language} {rows[-1]['problem']}: {result.status.value} {rows[-1]['e2e_s']} s",
+                        file=sys.stderr,
+                    )
+            finally:
+                pool.close()
+                shutil.rmtree(cache, ignore_errors=True)
+            level1 = [r["e2e_s"] for r in rows if r["problem"].startswith("level1/")]
+            out[language] = {
+                "candidates": len(rows),
+                "correct": sum(r["status"] == "correct" for r in rows),
+                "e2e_median_s": round(statistics.median(r["e2e_s"] for r in rows), 4) if rows else None,
+                "level1_e2e_median_s": round(statistics.median(level1), 4) if level1 else None,
+                "results": rows,
+            }
+    finally:
+        if saved is None:
+            os.environ.pop("KZ_CACHE", None)
+        else:
+            os.environ["KZ_CACHE"] = saved
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -109,6 +171,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--inline", action="store_true", help="also time cuda-inline (load_inline) builds")
     parser.add_argument("--inline-repeats", type=int, default=1, help="cold builds per cuda-inline solution")
+    parser.add_argument("--e2e", action="store_true", help="also time end-to-end evaluations of both dialects (GPU)")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -160,6 +223,7 @@ def main() -> int:
         "max_median_s": round(max(medians), 4),
         "per_solution": per_solution,
         "cuda_inline": time_inline(per_solution, args.inline_repeats) if args.inline else "not asked for (--inline)",
+        "e2e": time_e2e() if args.e2e else "not asked for (--e2e)",
     }
     text = json.dumps(report, indent=2)
     print(text)
