@@ -20,6 +20,7 @@ import random
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -63,12 +64,15 @@ EXPECTED = {
     "faults/host_oom": {"runtime_error"},
     "faults/network_connect": {"runtime_error"},
     "faults/env_secrets": {"correct"},
+    # read-only filesystem: EROFS; where that fence is off the file is gone (counted in files_damaged)
+    "faults/write_outside": {"runtime_error"},
 }
 GPU_ONLY = {
     "faults/gpu_oom": {"runtime_error"},
 }
 GOOD = "good"
 PROBE = "faults/probe_clean_worker"  # a good kernel that fails when an earlier fault left the worker dirty
+GUARDED_TEXT = "a result already computed\n"
 PLANTED = {"HF_TOKEN": "hf_kzbench", "AWS_SECRET_ACCESS_KEY": "kzbench", "OPENAI_API_KEY": "sk-kzbench"}
 
 
@@ -128,6 +132,12 @@ def listening_server():
         server.close()
 
 
+def _damage(target: Path) -> int:
+    """Files outside the workers' scratch dirs that candidates deleted, changed or planted (0 or more)."""
+    changed = not target.exists() or target.read_text() != GUARDED_TEXT
+    return int(changed) + len(list(target.parent.glob("*.planted")))
+
+
 def sleepers() -> set[int]:
     """`sleep 59.9` processes now running (what the process faults try to start)."""
     found = set()
@@ -158,7 +168,9 @@ def main() -> int:
         previous = signal.signal(signal.SIGUSR1, lambda *_: signals.append(1))
         stack.callback(signal.signal, signal.SIGUSR1, previous)
         os.environ.update(PLANTED)  # fake credentials the env_secrets fault must not see
-        return run(args, {"PORT": port, "TARGET_PID": os.getpid()}, received, signals)
+        guarded = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kz-faults-"))) / "results.jsonl"
+        guarded.write_text(GUARDED_TEXT)  # outside every worker's scratch dir: write_outside tries to delete it
+        return run(args, {"PORT": port, "TARGET_PID": os.getpid(), "TARGET": str(guarded)}, received, signals)
 
 
 def run(args, constants: dict, received: list, signals: list) -> int:
@@ -233,6 +245,7 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         "network_connections_received": len(received),
         "signals_received": len(signals),
         "sleep_processes_left": len(sleepers() - sleeping_before),
+        "files_damaged": _damage(Path(constants["TARGET"])),
         "wall_s": round(wall, 2),
         "per_kind": {k: dict(v) for k, v in sorted(table.items())},
         "misfiled_good": misfiled_good,
@@ -244,6 +257,7 @@ def run(args, constants: dict, received: list, signals: list) -> int:
             "network_connections_received": 0,
             "signals_received": 0,
             "sleep_processes_left": 0,
+            "files_damaged": 0,
         },
     }
     text = json.dumps(report, indent=2)

@@ -351,6 +351,30 @@ def test_worker_state_a_candidate_breaks_is_restored_for_the_next(pool, relu, na
     assert worker_pid(pool) == pid
 
 
+def test_files_outside_the_scratch_directory_are_read_only(pool, relu, tmp_path):
+    # defence: sandbox.readonly_filesystem (a mount namespace with every mount read-only but the scratch dir
+    # and the compiler caches); without it the candidate deletes the file and passes
+    fences = pool.info["sandbox"]
+    if fences.get("filesystem") != "readonly":
+        pytest.skip(f"this machine cannot give workers a read-only filesystem: {fences.get('filesystem')}")
+    target = tmp_path / "results.jsonl"  # pytest's tmp dir: outside every worker's scratch dir
+    target.write_text("a result already computed\n")
+    result, after = evaluate(pool, relu, fault("write_outside", TARGET=str(target)), fault("probe_clean_worker"))
+    assert result.status is Status.RUNTIME_ERROR
+    assert "Read-only file system" in result.message, result.message
+    assert target.read_text() == "a result already computed\n"
+    assert not target.with_name("results.jsonl.planted").exists()
+    assert_clean_and_correct(after)  # its own scratch dir stays writable (the probe writes there)
+
+
+def test_worker_scratch_directories_are_removed_with_their_worker(relu):
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton"]) as own:
+        (worker,) = own.workers.values()
+        scratch = Path(worker.scratch)
+        assert (scratch / f"kz-worker{worker.id}").is_dir()
+    assert not scratch.exists()
+
+
 def test_stdout_flood_goes_to_a_capped_log(pool, relu):
     # defence: fds 1/2 on a log file in the scratch dir (not a pipe: no deadlock, nothing on our terminal),
     # trimmed after each job past LOG_LIMIT; without the trim the log keeps the 100 MB

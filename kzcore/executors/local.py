@@ -9,9 +9,11 @@ import io
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import signal
 import socket
 import struct
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
@@ -133,9 +135,10 @@ class _Worker:
         self.lock, self.lock_index = lock, lock_index
         self.conn, child = ctx.Pipe()
         _bound_reads(self.conn)
+        self.scratch = tempfile.mkdtemp(prefix=f"kz-sandbox{worker_id}-")  # deleted by kill()
         self.proc = ctx.Process(
             target=worker_main,
-            args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit),
+            args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit, self.scratch),
             name=f"kz-worker-{worker_id}",
             daemon=True,
         )
@@ -152,6 +155,7 @@ class _Worker:
             kill_process_tree(self.proc.pid)
         self.proc.join(timeout=10)
         self.conn.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _exit_description(proc) -> str:

@@ -1,5 +1,6 @@
-"""The fences a worker process puts up around candidate code: no network, capped memory and files, no new
-processes, no secrets left in its environment, and a clean slate between jobs. A candidate still runs inside
+"""The fences a worker process puts up around candidate code: no network, a read-only filesystem outside its
+scratch directory, capped memory and files, no new processes, no secrets left in its environment, and a
+clean slate between jobs. A candidate still runs inside
 the worker's own Python process, so these are limits on what a candidate can reach, not a security boundary:
 docs/verifier.md lists what each one catches and what gets past it.
 
@@ -16,8 +17,17 @@ import sysconfig
 import time
 from pathlib import Path
 
-CLONE_NEWUSER = 0x10000000  # <linux/sched.h>
+CLONE_NEWNS = 0x00020000  # <linux/sched.h>
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+# <sys/mount.h>
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 18, 1 << 21
+MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME,
+}  # fmt: skip
+KERNEL_FILESYSTEMS = ("/proc", "/sys", "/dev")  # devices, shared memory and process files stay as they are
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 GIB = 1 << 30
 
@@ -108,6 +118,91 @@ def block_sockets() -> None:
 
     for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "create_connection"):
         setattr(socket, name, refuse_call(name))
+
+
+# -- filesystem -------------------------------------------------------------------------------------------
+
+
+def _unescape(field: str) -> str:
+    """Mount points in mountinfo escape space, tab, newline and backslash as octal (\\040)."""
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, per-mount options) of every mount this process sees, from /proc/self/mountinfo."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5:
+            out.append((_unescape(fields[4]), fields[5]))
+    return out
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def readonly_filesystem(writable: list[Path]) -> str:
+    """Make every filesystem this process sees read-only except ``writable`` (and /proc, /sys, /dev), in a
+    mount namespace of its own: a candidate can then damage nothing outside its scratch directory and the
+    caches it is given (``shutil.rmtree("/etc")`` fails with EROFS instead of deleting the machine's /etc).
+    Needs a single-threaded process and CAP_SYS_ADMIN (root, or the user namespace ``isolate_network`` may
+    have made). Returns the fence's description: "readonly" or "off (why)".
+
+    Mount propagation is turned off first, so nothing done here reaches the host's mount namespace. Each
+    writable path is bind-mounted onto itself (a mount of its own, left writable), then every other mount
+    point is remounted read-only with its per-mount flags kept (a user namespace may not clear them)."""
+    if sys.platform != "linux":
+        return "off (not Linux)"
+    libc = _libc()
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+
+    def mount(source: str | None, target: str, flags: int) -> None:
+        src = source.encode() if source else None
+        if libc.mount(src, target.encode(), None, flags, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return f"off (no mount namespace: {os.strerror(ctypes.get_errno())})"
+    try:
+        mount(None, "/", MS_REC | MS_PRIVATE)
+        keep = []
+        for path in writable:
+            path.mkdir(parents=True, exist_ok=True)
+            real = os.path.realpath(path)
+            mount(real, real, MS_BIND | MS_REC)
+            keep.append(real)
+        for point, options in mounts():
+            if any(_within(point, root) for root in (*KERNEL_FILESYSTEMS, *keep)):
+                continue
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+            for option in options.split(","):
+                flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+            try:
+                mount(None, point, flags)
+            except OSError:
+                if point == "/":
+                    raise
+    except OSError as exc:
+        return f"off ({exc.strerror or exc})"
+    return "readonly"
+
+
+def writable_paths(scratch: Path) -> list[Path]:
+    """What a worker may write besides its scratch directory: the caches compilers keep (Triton's,
+    CUDA's, CuPy's, kzcore's, ~/.cache) and the directories listed in KZ_SANDBOX_WRITABLE (os.pathsep-separated).
+    Missing ones are created (a bind mount needs its target)."""
+    from kzcore.cache import cache_root
+
+    home = Path.home()
+    paths = [scratch, home / ".triton", home / ".nv", home / ".cupy", home / ".cache", cache_root()]
+    if os.environ.get("TRITON_CACHE_DIR"):
+        paths.append(Path(os.environ["TRITON_CACHE_DIR"]))
+    paths += [Path(p) for p in os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep) if p]
+    return paths
 
 
 # -- memory, files, secrets -----------------------------------------------------------------------------

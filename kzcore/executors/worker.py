@@ -20,7 +20,7 @@ SECRET_MARKERS = (
     "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "AUTH",
 )  # fmt: skip
 SECRET_PREFIXES = ("AWS_", "AZURE_")  # cloud SDK settings: keys, sessions, profiles
-# KZ_SANDBOX_SKIP=netns,process-guard,memory switches fences off (to test what is behind them)
+# KZ_SANDBOX_SKIP=netns,readonly-fs,process-guard,memory switches fences off (to test what is behind them)
 SANDBOX_SKIP = "KZ_SANDBOX_SKIP"
 # KZ_WORKER_PROFILE=DIR writes a cProfile of every job (evaluation and clean-up) to DIR/<pid>-<n>.pstats
 PROFILE_DIR = "KZ_WORKER_PROFILE"
@@ -53,7 +53,7 @@ def _limit_resources() -> None:
             pass
 
 
-def _fence(device: str, memory_limit: int | None) -> dict:
+def _fence(device: str, memory_limit: int | None, scratch: Path) -> dict:
     """Put up the sandbox fences that must come before torch loads; returns what is up, for the run header."""
     from kzcore.executors import sandbox
 
@@ -64,6 +64,12 @@ def _fence(device: str, memory_limit: int | None) -> dict:
         "start_environment_wiped": sandbox.wipe_start_environment(gone),
         "network": sandbox.isolate_network(use_namespace="netns" not in skip),
     }
+    # after the network namespace (whose user namespace, where one was needed, grants the right to mount)
+    fences["filesystem"] = (
+        "off (KZ_SANDBOX_SKIP)"
+        if "readonly-fs" in skip
+        else sandbox.readonly_filesystem(sandbox.writable_paths(scratch))
+    )
     try:
         os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool
     except OSError:
@@ -147,12 +153,19 @@ def worker_main(
     gpu_lock=None,
     lock_index: int = 0,
     memory_limit: int | None = None,
+    scratch: str | None = None,
 ) -> None:
     os.environ.update(env)
-    fences = _fence(device, memory_limit)
+    # everything this worker may write lives under ``scratch`` (the pool makes it and deletes it after the
+    # worker ends): its working directory and its temporary files
+    root = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix=f"kz-sandbox{worker_id}-"))
+    workdir, tmp = root / f"kz-worker{worker_id}", root / "tmp"
+    workdir.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
+    fences = _fence(device, memory_limit, root)
     from kzcore.executors.sandbox import CleanSlate, guard_processes
 
-    workdir = Path(tempfile.mkdtemp(prefix=f"kz-worker{worker_id}-"))
     os.chdir(workdir)
     sys.path.insert(0, str(workdir))
     slate = CleanSlate(workdir, LOG_LIMIT)  # fds 1 and 2 go to its log: prints never reach our pipe or a tty
