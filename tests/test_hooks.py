@@ -329,6 +329,7 @@ def test_kz_phase_end(plugins, tmp_path):
 
 def test_kz_worker_started(tmp_path, monkeypatch):
     monkeypatch.setenv(fakes_hooks.MARKER_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("KZ_SANDBOX_WRITABLE", str(tmp_path))  # workers may write only where they are told
     pool = LocalPool(workers=1, config=EvalConfig(device="cpu"), plugins=[f"{FAKES}:WORKER_MARKER"])
     try:
         pool.start()
