@@ -27,14 +27,18 @@ def _segments() -> list[dict]:
     """The default pool's segments (CUDA-graph private pools never serve ordinary allocations)."""
     import torch
 
-    return [s for s in torch.cuda.memory_snapshot() if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)]
+    return [s for s in torch.cuda.memory_snapshot() if default_pool(s)]
+
+
+def default_pool(segment: dict) -> bool:
+    return tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0)
 
 
 def free_blocks(segments: list[dict] | None = None) -> list[tuple[int, int, int, bool]]:
     """(stream, address, size, small_pool) of every cached block an allocation could be handed, largest
     first."""
     blocks = []
-    for seg in _segments() if segments is None else segments:
+    for seg in _segments() if segments is None else filter(default_pool, segments):
         small = seg.get("segment_type") == "small"
         for b in seg["blocks"]:
             if b["state"] != "inactive" or b["size"] < MIN_BLOCK:
