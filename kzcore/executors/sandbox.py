@@ -199,6 +199,9 @@ def writable_paths(scratch: Path) -> list[Path]:
 
     home = Path.home()
     paths = [scratch, home / ".triton", home / ".nv", home / ".cupy", home / ".cache", cache_root()]
+    for variable, below in (("TRITON_HOME", ".triton"), ("XDG_CACHE_HOME", "")):
+        if os.environ.get(variable):
+            paths.append(Path(os.environ[variable]) / below)
     if os.environ.get("TRITON_CACHE_DIR"):
         paths.append(Path(os.environ["TRITON_CACHE_DIR"]))
     paths += [Path(p) for p in os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep) if p]
