@@ -298,3 +298,34 @@ class WorkerMarker:
 
 
 WORKER_MARKER = WorkerMarker()
+
+
+START_PLAN_ENV = "KZ_TEST_START_PLAN"
+
+
+class StartPlan:
+    """Slows or fails evaluator worker starts, as $KZ_TEST_START_PLAN/plan.json says: ``{"delay_from": N,
+    "delay_s": S}`` sleeps S seconds in every start from the N-th on (counting from 0, in start order), and
+    ``{"fail": [N, ...]}`` makes those starts raise. Each start claims its number with an exclusive file."""
+
+    @hookimpl
+    def kz_worker_started(self, device):
+        import json
+        import time
+
+        directory = Path(os.environ[START_PLAN_ENV])
+        plan = json.loads((directory / "plan.json").read_text())
+        n = 0
+        while True:
+            try:
+                (directory / f"start-{n}").open("x").close()
+                break
+            except FileExistsError:
+                n += 1
+        if n in plan.get("fail", []):
+            raise RuntimeError(f"start {n} fails, as planned")
+        if n >= plan.get("delay_from", 1 << 30):
+            time.sleep(plan["delay_s"])
+
+
+START_PLAN = StartPlan()

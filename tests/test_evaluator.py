@@ -89,7 +89,7 @@ def run_one(
 
 
 def worker_pid(pool: LocalPool) -> int:
-    (worker,) = pool.workers.values()
+    (worker,) = pool.start().workers.values()  # start(): a replacement may still be starting
     return worker.info["pid"]
 
 

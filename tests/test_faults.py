@@ -105,13 +105,13 @@ def evaluate(pool: LocalPool, problem: Problem, *sources: str, config: EvalConfi
 
 
 def worker_pid(pool: LocalPool) -> int:
-    (worker,) = pool.workers.values()
+    (worker,) = pool.start().workers.values()  # start(): a replacement may still be starting
     return worker.info["pid"]
 
 
 def fences(pool: LocalPool) -> dict:
     """What the pool's current worker reported of its sandbox (pool.info is the first worker's)."""
-    (worker,) = pool.workers.values()
+    (worker,) = pool.start().workers.values()
     return worker.info["sandbox"]
 
 
@@ -202,6 +202,71 @@ def test_worker_dying_while_idle_costs_no_job(pool, relu):
     (after,) = evaluate(pool, relu, fault("probe_clean_worker"))
     assert_clean_and_correct(after)
     assert pool.replaced == replaced + 1
+
+
+def start_plan(tmp_path, monkeypatch, **plan) -> list[str]:
+    """Plugins for a pool whose worker starts follow ``plan`` (tests.fakes_hooks.StartPlan)."""
+    import json
+
+    from tests import fakes_hooks
+
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.setenv(fakes_hooks.START_PLAN_ENV, str(tmp_path))
+    monkeypatch.setenv("KZ_SANDBOX_WRITABLE", str(tmp_path))  # the plan's start counter lives there
+    return ["kz_triton", "tests.fakes_hooks:START_PLAN"]
+
+
+def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
+    # defence: LocalPool._replace kills the crashed worker and starts its successor without waiting for it
+    # (it takes jobs once it reports ready); before, the scheduling loop waited out every replacement's
+    # start (10-13 s on a GPU), so one crash froze every other worker's results and ran their deadlines out
+    plugins = start_plan(tmp_path, monkeypatch, delay_from=2, delay_s=20)  # the replacement is slow to start
+    sources = [fault("os_exit")] + [fault("probe_clean_worker")] * 3
+    jobs = [
+        EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), CONFIG)
+        for i, s in enumerate(sources)
+    ]
+    with LocalPool(workers=2, config=CONFIG, plugins=plugins) as own:
+        seen = [(r.sample, r.status, time.time()) for r in own.map(jobs)]
+        own.start()  # waits for the replacement, which cannot be ready before it has slept in kz_worker_started
+        ready_at = (tmp_path / "start-2").stat().st_mtime + 20
+        assert sorted((sample, status) for sample, status, _ in seen) == [(0, Status.RUNTIME_ERROR)] + [
+            (i, Status.CORRECT) for i in (1, 2, 3)
+        ]
+        before = [sample for sample, _, t in seen if t < ready_at]
+        assert 0 in before and len(before) >= 3, (seen, ready_at)  # the crash and the others' results came
+        assert own.replaced == 1
+        (later,) = list(own.map(jobs[1:2]))  # and it serves
+        assert_clean_and_correct(later)
+        assert all(w.ready for w in own.workers.values())
+
+
+def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch):
+    # defence: LocalPool._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
+    # map with a one-line KzError; results already yielded stay with the caller
+    from kzcore.errors import KzError
+    from kzcore.executors.local import MAX_START_FAILURES
+
+    plugins = start_plan(tmp_path, monkeypatch, fail=[1])  # the first replacement fails, the second works
+    with LocalPool(workers=1, config=CONFIG, plugins=plugins) as own:
+        crash, after = evaluate(own, relu, fault("os_exit"), fault("probe_clean_worker"))
+        assert crash.status is Status.RUNTIME_ERROR
+        assert_clean_and_correct(after)
+        assert own.replaced == 1 and len(list(tmp_path.glob("start-*"))) == 3
+    for n in range(3):
+        (tmp_path / f"start-{n}").unlink()
+    plugins = start_plan(tmp_path, monkeypatch, fail=list(range(1, 1 + MAX_START_FAILURES)))
+    with LocalPool(workers=1, config=CONFIG, plugins=plugins) as own:
+        jobs = [
+            EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), CONFIG)
+            for i, s in enumerate([fault("os_exit"), fault("probe_clean_worker")])
+        ]
+        got = []
+        with pytest.raises(KzError, match=f"{MAX_START_FAILURES} starts in a row failed"):
+            for result in own.map(jobs):
+                got.append(result)
+        assert [(r.sample, r.status) for r in got] == [(0, Status.RUNTIME_ERROR)]
+    assert len(list(tmp_path.glob("start-*"))) == 1 + MAX_START_FAILURES
 
 
 # ------------------------------------------------------------------------------------------------------

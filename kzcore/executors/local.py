@@ -29,6 +29,7 @@ START_TIMEOUT_S = 300.0
 MAX_START_FAILURES = 3
 MAX_MESSAGE_BYTES = 64 << 20  # a result is a few KB; anything longer is not one of ours
 READ_TIMEOUT_S = 5.0  # a message that has begun must arrive whole within this
+EXIT_TIMEOUT_S = 30.0  # a killed worker that has not exited by then is left to close() and its slot restarted
 MAX_REQUEUES = 3  # a job whose worker was found dead before the job reached it is sent again this often
 
 
@@ -144,18 +145,42 @@ class _Worker:
         )
         self.proc.start()
         child.close()
-        self.info: dict | None = None
+        self.info: dict | None = None  # set when the worker reports ready; until then it takes no job
+        self.start_by = time.monotonic() + START_TIMEOUT_S
+        self.replacement = False  # started in place of a worker that died (its start failures are retried)
+        self.start_failures = 0  # failed starts in a row of this slot before this worker
+        self.failed_start = False
+        self.killed = False
+        self.exit_by = 0.0  # killed: by when it should have exited (then its successor starts regardless)
         self.job: EvalJob | None = None
         self.started = False  # the worker confirmed it has self.job
         self.deadline = 0.0
 
-    def kill(self) -> None:
-        """SIGKILL (a candidate can ignore SIGTERM) the worker and every process it started."""
+    @property
+    def ready(self) -> bool:
+        return self.info is not None and not self.killed
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL (a candidate can ignore SIGTERM) the worker and every process it started. With
+        ``wait=False`` its exit is not waited for (``reap`` once its sentinel fires): a process killed
+        mid-kernel can take seconds to release its GPU context, and the pool must not stall on it."""
+        if not self.killed:
+            self.killed = True
+            self.exit_by = time.monotonic() + EXIT_TIMEOUT_S
+            if self.proc.is_alive():
+                kill_process_tree(self.proc.pid)
+            self.conn.close()
+        if wait:
+            self.proc.join(timeout=EXIT_TIMEOUT_S)
+            self.reap()
+
+    def reap(self) -> bool:
+        """Whether the killed worker has exited; once it has, its scratch directory is deleted."""
         if self.proc.is_alive():
-            kill_process_tree(self.proc.pid)
-        self.proc.join(timeout=10)
-        self.conn.close()
+            return False
+        self.proc.join(timeout=0)
         shutil.rmtree(self.scratch, ignore_errors=True)
+        return True
 
 
 def _exit_description(proc) -> str:
@@ -189,6 +214,7 @@ class LocalPool:
         else:
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
         self.workers: dict[int, _Worker] = {}
+        self._orphans: list[_Worker] = []  # killed, did not exit in EXIT_TIMEOUT_S: close() waits once more
         self.memory_limit = memory_limit_for(len(self.slots))
         self._next_id = 0
         self.info: dict = {}
@@ -219,60 +245,112 @@ class LocalPool:
         self._next_id += 1
         return worker
 
-    def _await_ready(self, worker: _Worker) -> None:
-        if not worker.conn.poll(START_TIMEOUT_S):
-            worker.kill()
-            raise KzError(f"evaluator worker did not start within {START_TIMEOUT_S:.0f} s")
+    def _take_ready(self, worker: _Worker) -> str | None:
+        """Read a starting worker's first message; None when it is ready, else why its start failed."""
         try:
             msg = receive(worker.conn)
         except (EOFError, ChannelError):
-            worker.kill()
-            raise KzError(f"evaluator worker {_exit_description(worker.proc)} while starting") from None
+            worker.proc.join(timeout=1)
+            return f"evaluator worker {_exit_description(worker.proc)} while starting"
         if msg[0] != "ready" or len(msg) != 2 or not isinstance(msg[1], (dict, str)):
-            worker.kill()
-            raise KzError(f"evaluator worker failed to start: {msg[1].splitlines()[0]}")
+            return f"evaluator worker failed to start: {str(msg[-1]).splitlines()[0]}"
         worker.info = msg[1]
         self.info = self.info or dict(msg[1])
+        return None
+
+    def _await_ready(self, worker: _Worker) -> None:
+        """Block until ``worker`` is ready; KzError (the worker killed) if it fails to start."""
+        if not worker.conn.poll(max(0.0, worker.start_by - time.monotonic())):
+            failure = f"evaluator worker did not start within {START_TIMEOUT_S:.0f} s"
+        else:
+            failure = self._take_ready(worker)
+        if failure is not None:
+            self._start_failed(worker, failure)
+
+    def _start_failed(self, worker: _Worker, failure: str) -> None:
+        """Kill a worker that failed to start. KzError for a first start (the pool cannot work: the error is
+        the answer) and for a replacement's MAX_START_FAILURES-th failure in a row; else its slot tries again."""
+        worker.kill(wait=False)
+        worker.failed_start = True
+        if not worker.replacement:
+            raise KzError(failure)
+        if worker.start_failures + 1 >= MAX_START_FAILURES:
+            raise KzError(f"{failure} ({MAX_START_FAILURES} starts in a row failed); results so far are saved")
 
     def start(self) -> LocalPool:
-        """Start every worker and wait until each has loaded torch and the plugins."""
-        if not self.workers:
-            fresh = [self._spawn(i) for i in range(len(self.slots))]
-            for w in fresh:
-                self._await_ready(w)
-                self.workers[w.slot_index] = w
+        """Start every worker and wait until each has loaded torch and the plugins (replacements that are
+        still starting included)."""
+        try:
+            if not self.workers:
+                for w in [self._spawn(i) for i in range(len(self.slots))]:
+                    self.workers[w.slot_index] = w
+            for w in list(self.workers.values()):
+                while not w.ready:
+                    if w.killed:
+                        w.proc.join(timeout=max(0.0, w.exit_by - time.monotonic()))
+                        w = self._succeed(w)
+                    else:
+                        self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def _replace(self, worker: _Worker) -> None:
-        worker.kill()
+        """Kill ``worker``; its successor starts once it has exited and takes jobs once it reports ready
+        (``_tend``): the scheduling loop never waits for either, so a crash stalls no other job."""
+        worker.kill(wait=False)
+        self.replaced += 1
+
+    def _succeed(self, worker: _Worker) -> _Worker:
+        """Start the successor of a killed worker, after freeing what it held on its GPU's lock."""
+        if not worker.reap():
+            self._orphans.append(worker)  # did not exit in EXIT_TIMEOUT_S: close() waits for it once more
         if worker.lock is not None and not worker.lock.release_dead(worker.lock_index):
             raise KzError(
                 f"the GPU lock of device {self.slots[worker.slot_index]} was left held by a dead worker; "
                 "results so far are saved, re-run the command to resume"
             )
-        for attempt in range(MAX_START_FAILURES):
-            new = self._spawn(worker.slot_index)
-            try:
-                self._await_ready(new)
-            except KzError:
-                if attempt == MAX_START_FAILURES - 1:
-                    raise
-                continue
-            self.workers[worker.slot_index] = new
-            self.replaced += 1
+        new = self._spawn(worker.slot_index)
+        new.replacement = True
+        new.start_failures = worker.start_failures + 1 if worker.failed_start else 0
+        self.workers[worker.slot_index] = new
+        return new
+
+    def _tend(self, worker: _Worker, ready: list) -> None:
+        """A worker that is not ready: one that was killed gets its successor once it has exited; one that
+        is starting becomes ready, or is killed if it failed."""
+        if worker.killed:
+            if worker.proc.sentinel in ready or not worker.proc.is_alive() or time.monotonic() >= worker.exit_by:
+                self._succeed(worker)
             return
+        if worker.conn in ready:
+            failure = self._take_ready(worker)
+        elif worker.proc.sentinel in ready or not worker.proc.is_alive():
+            worker.proc.join(timeout=1)
+            failure = f"evaluator worker {_exit_description(worker.proc)} while starting"
+        elif time.monotonic() >= worker.start_by:
+            failure = f"evaluator worker did not start within {START_TIMEOUT_S:.0f} s"
+        else:
+            return
+        if failure is not None:
+            self._start_failed(worker, failure)
 
     def close(self) -> None:
         for w in self.workers.values():
-            try:
-                w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            if not w.killed:
+                try:
+                    w.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
         deadline = time.monotonic() + 5  # one grace period for all: busy workers are killed, not waited on
         for w in self.workers.values():
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             w.kill()
+        for w in self._orphans:
+            w.kill()
         self.workers.clear()
+        self._orphans.clear()
 
     def __enter__(self):
         return self.start()
@@ -289,19 +367,24 @@ class LocalPool:
         while queue or any(w.job for w in self.workers.values()):
             now = time.monotonic()
             for w in list(self.workers.values()):
-                if w.job is None and queue:
+                if w.ready and w.job is None and queue:
                     self._dispatch(w, queue, now)
             busy = [w for w in self.workers.values() if w.job is not None]
-            if not busy:  # every job sent this round went back to the queue (its worker was found dead)
+            pending = [w for w in self.workers.values() if not w.ready]  # starting, or killed and exiting
+            if not busy and not pending:  # every job sent went back to the queue (its worker was found dead)
                 continue
             for w in busy:  # time spent only waiting for the GPU lock does not count against the job
                 if w.lock is not None and w.lock.is_waiting(w.lock_index):
                     w.deadline += now - w.tick
                 w.tick = now
-            timeout = max(0.0, min(w.deadline for w in busy) - now)
+            until = [w.deadline for w in busy] + [w.exit_by if w.killed else w.start_by for w in pending]
+            timeout = max(0.0, min(until) - now)
             if self.locks:
                 timeout = min(timeout, 0.5)
-            ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
+            watched = [w.conn for w in busy + pending if not w.killed] + [w.proc.sentinel for w in busy + pending]
+            ready = wait(watched, timeout=timeout)
+            for w in pending:
+                self._tend(w, ready)
             for w in busy:
                 result = self._collect(w, ready)
                 if result is not None:
@@ -344,7 +427,7 @@ class LocalPool:
             return message[1]
         if w.proc.sentinel in ready or not w.proc.is_alive():
             return self._lost(w)
-        if time.monotonic() >= w.deadline:
+        if time.monotonic() >= w.deadline and not w.conn.poll(0):  # a result already sent is still read
             w.job = None
             self._replace(w)
             return _failure(job, Status.TIMEOUT, f"no result within {job.config.timeout_s:g} s; the worker was killed")
@@ -353,7 +436,7 @@ class LocalPool:
     def _lost(self, w: _Worker) -> EvalResult | None:
         """The worker died or closed its pipe. Before it took the job, the job goes back to the queue."""
         job, w.job = w.job, None
-        w.proc.join(timeout=5)  # the pipe can close before the process is reaped: wait for its exit code
+        w.proc.join(timeout=1)  # the pipe can close just before the process is reaped: wait for its exit code
         how = _exit_description(w.proc)
         self._replace(w)
         if not w.started:

@@ -22,9 +22,6 @@ SECRET_MARKERS = (
 SECRET_PREFIXES = ("AWS_", "AZURE_")  # cloud SDK settings: keys, sessions, profiles
 # KZ_SANDBOX_SKIP=netns,readonly-fs,process-guard,memory switches fences off (to test what is behind them)
 SANDBOX_SKIP = "KZ_SANDBOX_SKIP"
-# The read-only filesystem is on for CPU workers; GPU workers get it with KZ_SANDBOX_READONLY_GPU=1 until a GPU
-# run has shown that CUDA, Triton and the profiler need nothing beyond sandbox.writable_paths
-READONLY_GPU = "KZ_SANDBOX_READONLY_GPU"
 # KZ_WORKER_PROFILE=DIR writes a cProfile of every job (evaluation and clean-up) to DIR/<pid>-<n>.pstats
 PROFILE_DIR = "KZ_WORKER_PROFILE"
 
@@ -70,8 +67,6 @@ def _fence(device: str, memory_limit: int | None, scratch: Path) -> dict:
     # after the network namespace (whose user namespace, where one was needed, grants the right to mount)
     if "readonly-fs" in skip:
         fences["filesystem"] = "off (KZ_SANDBOX_SKIP)"
-    elif device == "cuda" and os.environ.get(READONLY_GPU) != "1":
-        fences["filesystem"] = f"off (not yet verified on a GPU: {READONLY_GPU}=1 turns it on)"
     else:
         fences["filesystem"] = sandbox.readonly_filesystem(sandbox.writable_paths(scratch))
     try:

@@ -16,8 +16,8 @@ import ast
 import re
 
 from kz_cuda.runtime import is_kernel_source
+from kz_cuda.static import model_new_problems, walk_problems
 from kzcore.evaluate.static import (
-    FORBIDDEN_ATTRS,
     FORBIDDEN_IMPORTS,
     METHOD_COMPUTE,
     ModuleInfo,
@@ -187,11 +187,7 @@ def check_source(source: str) -> list[str]:
     except SyntaxError:
         return []
     mod = ModuleInfo(tree)
-    problems: list[str] = []
-    if mod.model_new is None:
-        problems.append("no `class ModelNew` defined")
-    elif "forward" not in mod.methods:
-        problems.append("`ModelNew` has no `forward` method")
+    problems = model_new_problems(mod)
     calls = _load_inline_calls(tree)
     if not calls:
         problems.append("no `load_inline(...)` call: build the kernels with torch.utils.cpp_extension.load_inline")
@@ -201,17 +197,10 @@ def check_source(source: str) -> list[str]:
     for c in cpp:
         problems += _cpp_problems(c)
     problems += _flag_problems(calls)
-    internals: dict[int, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try):
-            problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            problems += _import_problems(node)
-        elif isinstance(node, ast.Attribute):
-            path = dotted(node)
-            if any(bad in path for bad in FORBIDDEN_ATTRS):
-                internals.setdefault(node.lineno, path)
-            elif path.startswith(CPP_EXTENSION + ".") and path != CPP_EXTENSION + ".load_inline":
-                internals.setdefault(node.lineno, path)
-    problems += [f"line {line}: `{name}` is not allowed here" for line, name in internals.items()]
+    problems += walk_problems(
+        tree,
+        _import_problems,
+        lambda path: path.startswith(CPP_EXTENSION + ".") and path != CPP_EXTENSION + ".load_inline",
+        "is not allowed here",
+    )
     return problems + escape_violations(tree) + _forward_problems(mod, _extension_functions(calls))

@@ -77,23 +77,37 @@ def check_source(source: str) -> list[str]:
     except SyntaxError:
         return []
     mod = ModuleInfo(tree)
-    problems: list[str] = []
+    problems = model_new_problems(mod) + _kernel_problems(tree)
+    problems += walk_problems(
+        tree,
+        _import_problems,
+        lambda path: path.startswith("kz_cuda.") and path.split(".")[1] not in PUBLIC,
+        "reaches into PyTorch or kzcore internals",
+    )
+    return problems + escape_violations(tree) + forward_violations(mod)
+
+
+def model_new_problems(mod: ModuleInfo) -> list[str]:
     if mod.model_new is None:
-        problems.append("no `class ModelNew` defined")
-    elif "forward" not in mod.methods:
-        problems.append("`ModelNew` has no `forward` method")
-    problems += _kernel_problems(tree)
+        return ["no `class ModelNew` defined"]
+    if "forward" not in mod.methods:
+        return ["`ModelNew` has no `forward` method"]
+    return []
+
+
+def walk_problems(tree: ast.Module, import_problems, also_internal, what: str) -> list[str]:
+    """The module-wide checks both CUDA dialects share: no try/except, each import through
+    ``import_problems(node)``, and no attribute path into FORBIDDEN_ATTRS or for which ``also_internal(path)``
+    holds (one problem per line, ending in ``what``)."""
+    problems: list[str] = []
     internals: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Try):
             problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            problems += _import_problems(node)
+            problems += import_problems(node)
         elif isinstance(node, ast.Attribute):
             path = dotted(node)
-            if any(bad in path for bad in FORBIDDEN_ATTRS):
+            if any(bad in path for bad in FORBIDDEN_ATTRS) or also_internal(path):
                 internals.setdefault(node.lineno, path)
-            elif path.startswith("kz_cuda.") and path.split(".")[1] not in PUBLIC:
-                internals.setdefault(node.lineno, path)
-    problems += [f"line {line}: `{name}` reaches into PyTorch or kzcore internals" for line, name in internals.items()]
-    return problems + escape_violations(tree) + forward_violations(mod)
+    return problems + [f"line {line}: `{name}` {what}" for line, name in internals.items()]
