@@ -19,6 +19,7 @@ import platform
 import random
 import signal
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -241,6 +242,11 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         "good_misfiled": len(misfiled_good),
         "faults_with_unexpected_status": len(wrong),
         "workers_replaced": pool.replaced,
+        "replacement_start_s": {
+            "median": statistics.median(pool.restart_seconds) if pool.restart_seconds else None,
+            "max": max(pool.restart_seconds, default=None),
+            "phases_of_first_worker": pool.info.get("start_s"),
+        },
         "sandbox": pool.info.get("sandbox"),
         "network_connections_received": len(received),
         "signals_received": len(signals),

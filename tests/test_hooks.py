@@ -337,6 +337,7 @@ def test_kz_worker_started(tmp_path, monkeypatch):
         pid = int(marker.name.split(".")[0])
         assert pid != os.getpid()
         assert pid == pool.info["pid"] == pool.workers[0].proc.pid
+        assert set(pool.info["start_s"]) == {"fences", "torch", "plugins", "warm_up"}  # start-up phases, timed
         assert marker.read_text() == "cpu"
     finally:
         pool.close()

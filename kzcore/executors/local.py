@@ -146,7 +146,8 @@ class _Worker:
         self.proc.start()
         child.close()
         self.info: dict | None = None  # set when the worker reports ready; until then it takes no job
-        self.start_by = time.monotonic() + START_TIMEOUT_S
+        self.spawned_at = time.monotonic()
+        self.start_by = self.spawned_at + START_TIMEOUT_S
         self.replacement = False  # started in place of a worker that died (its start failures are retried)
         self.start_failures = 0  # failed starts in a row of this slot before this worker
         self.failed_start = False
@@ -219,6 +220,7 @@ class LocalPool:
         self._next_id = 0
         self.info: dict = {}
         self.replaced = 0
+        self.restart_seconds: list[float] = []  # spawn to ready, for each replacement worker
 
     # -- worker lifecycle -------------------------------------------------------------------------
     def _env(self, slot) -> dict:
@@ -256,6 +258,8 @@ class LocalPool:
             return f"evaluator worker failed to start: {str(msg[-1]).splitlines()[0]}"
         worker.info = msg[1]
         self.info = self.info or dict(msg[1])
+        if worker.replacement:
+            self.restart_seconds.append(round(time.monotonic() - worker.spawned_at, 3))
         return None
 
     def _await_ready(self, worker: _Worker) -> None:

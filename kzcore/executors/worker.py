@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -154,6 +155,15 @@ def worker_main(
     memory_limit: int | None = None,
     scratch: str | None = None,
 ) -> None:
+    clock = time.perf_counter()
+    phases: dict[str, float] = {}  # seconds of each start-up phase, reported in the worker's info
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        phases[name] = round(now - clock, 4)
+        clock = now
+
     os.environ.update(env)
     # everything this worker may write lives under ``scratch`` (the pool makes it and deletes it after the
     # worker ends): its working directory and its temporary files
@@ -163,6 +173,7 @@ def worker_main(
     tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
     fences = _fence(device, memory_limit, root)
+    phase("fences")
     from kzcore.executors.sandbox import CleanSlate, guard_processes
 
     os.chdir(workdir)
@@ -171,6 +182,7 @@ def worker_main(
     slate.restore()
     try:
         info = _setup_torch(device, tf32)
+        phase("torch")  # import, and CUDA initialisation on a GPU
         from kzcore.evaluate.pipeline import evaluate_job, warm_up
         from kzcore.evaluate.problem_check import check_problem_job
         from kzcore.plugins import new_plugin_manager, set_plugin_manager
@@ -179,7 +191,9 @@ def worker_main(
         pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
         set_plugin_manager(pm)
         pm.hook.kz_worker_started(device=device)
+        phase("plugins")
         warm_up(device)
+        phase("warm_up")
         if fences.pop("process_guard"):
             guard_processes(workdir)
             fences["process_guard"] = "python"
@@ -188,6 +202,7 @@ def worker_main(
         slate.snapshot()
         info["pid"] = os.getpid()
         info["sandbox"] = fences
+        info["start_s"] = phases
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
         return
