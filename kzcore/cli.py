@@ -120,6 +120,7 @@ def _config_from(args):
         timing_precision=args.timing_precision,
         tf32=args.tf32,
         workers_per_gpu=args.workers_per_gpu,
+        standby_workers=args.standby_workers,
         input_variation=args.input_variation,
         input_scale_decades=args.input_scale_decades,
         second_shape="" if args.second_shape in ("", "none") else args.second_shape,
@@ -427,6 +428,12 @@ def _add_eval_args(parser) -> None:
         type=int,
         default=1,
         help="overlap compile/correctness of N workers per GPU; timing stays exclusive",
+    )
+    parser.add_argument(
+        "--standby-workers",
+        type=int,
+        default=0,
+        help="idle workers kept started per GPU that replace a crashed worker at once (each holds a CUDA context)",
     )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")

@@ -117,6 +117,9 @@ class EvalConfig:
     flush_l2: bool = True
     tf32: bool = False
     workers_per_gpu: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    # Idle workers kept started per GPU (in all, on a CPU) that take a crashed or killed worker's place at
+    # once, instead of its slot waiting for a new worker's start-up (10-13 s on a GPU: CUDA init, warm-up)
+    standby_workers: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     # Correctness trials after the first change the sign and scale of floating inputs ("scale"), also shift
     # or redraw them ("full"), or not ("none"); magnitudes are 10**u, |u| <= input_scale_decades. A problem
     # narrows this with KZ_INPUT_VARIATION (evaluate/inputs.py).

@@ -241,6 +241,33 @@ def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
         assert all(w.ready for w in own.workers.values())
 
 
+def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, monkeypatch):
+    # defence: LocalPool._succeed promotes a ready spare (EvalConfig.standby_workers) into a dead worker's
+    # slot and starts a new spare behind it; without one, the slot waits out a new worker's start-up
+    import attrs
+
+    plugins = start_plan(tmp_path, monkeypatch, delay_from=2, delay_s=20)  # starts after the first two: slow
+    config = attrs.evolve(CONFIG, standby_workers=1)
+    sources = [fault("os_exit"), fault("probe_clean_worker"), fault("probe_clean_worker")]
+    jobs = [
+        EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), config)
+        for i, s in enumerate(sources)
+    ]
+    with LocalPool(workers=1, config=config, plugins=plugins) as own:
+        (spare,) = own.spares
+        seen = [(r.sample, r.status, time.time()) for r in own.map(jobs)]
+        assert own.workers[0] is spare and own.replaced == 1  # the spare serves the slot now
+        own.start()  # waits for the new spare, which sleeps in kz_worker_started
+        ready_at = (tmp_path / "start-2").stat().st_mtime + 20
+        assert sorted((sample, status) for sample, status, _ in seen) == [
+            (0, Status.RUNTIME_ERROR),
+            (1, Status.CORRECT),
+            (2, Status.CORRECT),
+        ]
+        assert all(t < ready_at for _, _, t in seen), (seen, ready_at)  # no job waited for a start-up
+        assert len(own.spares) == 1 and own.spares[0].ready and own.spares[0] is not spare
+
+
 def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch):
     # defence: LocalPool._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
     # map with a one-line KzError; results already yielded stay with the caller

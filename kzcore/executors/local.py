@@ -210,13 +210,19 @@ class LocalPool:
             per_gpu = self.config.workers_per_gpu
             n = workers or len(gpus) * per_gpu
             self.slots = [gpus[i % len(gpus)] for i in range(n)]
-            if n > len(gpus):  # several workers share a GPU: timing must hold it alone
-                self.locks = {gpu: DeviceLock(self.ctx, self.slots.count(gpu)) for gpu in gpus}
+            spares = {gpu: self.config.standby_workers for gpu in gpus}
         else:
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
+            spares = {None: self.config.standby_workers}
+        # each worker of a GPU, spares included, holds its own index into that GPU's lock while it lives
+        self._free_locks = {gpu: list(range(self.slots.count(gpu) + n)) for gpu, n in spares.items()}
+        if self.device == "cuda" and len(self.slots) > len(spares):  # several workers share a GPU: timing
+            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in self._free_locks.items()}  # alone
+        self._spare_plan = spares
+        self.spares: list[_Worker] = []  # started and idle: each takes a dead worker's place on its GPU at once
         self.workers: dict[int, _Worker] = {}
         self._orphans: list[_Worker] = []  # killed, did not exit in EXIT_TIMEOUT_S: close() waits once more
-        self.memory_limit = memory_limit_for(len(self.slots))
+        self.memory_limit = memory_limit_for(len(self.slots) + sum(spares.values()))
         self._next_id = 0
         self.info: dict = {}
         self.replaced = 0
@@ -230,8 +236,10 @@ class LocalPool:
             env["CUDA_VISIBLE_DEVICES"] = physical_gpu(slot)
         return env
 
-    def _spawn(self, slot_index: int) -> _Worker:
-        gpu = self.slots[slot_index]
+    def _spawn(self, slot_index: int | None, gpu: str | None = None) -> _Worker:
+        """A new worker for slot ``slot_index``, or a spare for ``gpu`` (slot_index None)."""
+        if slot_index is not None:
+            gpu = self.slots[slot_index]
         worker = _Worker(
             self.ctx,
             self._next_id,
@@ -240,10 +248,10 @@ class LocalPool:
             self.specs,
             self.config.tf32,
             self.locks.get(gpu),
-            self.slots[:slot_index].count(gpu),
+            self._free_locks[gpu].pop(0),
             self.memory_limit,
         )
-        worker.slot_index = slot_index
+        worker.slot_index, worker.gpu = slot_index, gpu
         self._next_id += 1
         return worker
 
@@ -288,7 +296,8 @@ class LocalPool:
             if not self.workers:
                 for w in [self._spawn(i) for i in range(len(self.slots))]:
                     self.workers[w.slot_index] = w
-            for w in list(self.workers.values()):
+                self.spares = [self._spawn(None, gpu) for gpu, n in self._spare_plan.items() for _ in range(n)]
+            for w in list(self.workers.values()) + list(self.spares):
                 while not w.ready:
                     if w.killed:
                         w.proc.join(timeout=max(0.0, w.exit_by - time.monotonic()))
@@ -307,19 +316,45 @@ class LocalPool:
         self.replaced += 1
 
     def _succeed(self, worker: _Worker) -> _Worker:
-        """Start the successor of a killed worker, after freeing what it held on its GPU's lock."""
+        """The successor of a killed worker, once it has exited and what it held on its GPU's lock is freed:
+        a ready spare of its GPU if there is one (and a new spare is started), else a new worker."""
         if not worker.reap():
             self._orphans.append(worker)  # did not exit in EXIT_TIMEOUT_S: close() waits for it once more
         if worker.lock is not None and not worker.lock.release_dead(worker.lock_index):
             raise KzError(
-                f"the GPU lock of device {self.slots[worker.slot_index]} was left held by a dead worker; "
+                f"the GPU lock of device {worker.gpu} was left held by a dead worker; "
                 "results so far are saved, re-run the command to resume"
             )
-        new = self._spawn(worker.slot_index)
+        self._free_locks[worker.gpu].append(worker.lock_index)
+        spare = self._ready_spare(worker.gpu) if worker.slot_index is not None else None
+        if spare is not None:
+            self.spares.remove(spare)
+            spare.slot_index = worker.slot_index
+            self.workers[worker.slot_index] = spare
+            new = self._spawn(None, worker.gpu)
+            new.replacement = True
+            self.spares.append(new)
+            return spare
+        new = self._spawn(worker.slot_index, worker.gpu)
         new.replacement = True
         new.start_failures = worker.start_failures + 1 if worker.failed_start else 0
-        self.workers[worker.slot_index] = new
+        if worker.slot_index is None:
+            self.spares[self.spares.index(worker)] = new
+        else:
+            self.workers[worker.slot_index] = new
         return new
+
+    def _ready_spare(self, gpu) -> _Worker | None:
+        for spare in self.spares:
+            if spare.gpu != gpu or spare.killed:
+                continue
+            if not spare.ready and spare.conn.poll(0):  # it may have reported ready since we last looked
+                failure = self._take_ready(spare)
+                if failure is not None:
+                    self._start_failed(spare, failure)
+            if spare.ready:
+                return spare
+        return None
 
     def _tend(self, worker: _Worker, ready: list) -> None:
         """A worker that is not ready: one that was killed gets its successor once it has exited; one that
@@ -341,19 +376,21 @@ class LocalPool:
             self._start_failed(worker, failure)
 
     def close(self) -> None:
-        for w in self.workers.values():
+        everyone = list(self.workers.values()) + self.spares
+        for w in everyone:
             if not w.killed:
                 try:
                     w.conn.send(None)
                 except (BrokenPipeError, OSError):
                     pass
         deadline = time.monotonic() + 5  # one grace period for all: busy workers are killed, not waited on
-        for w in self.workers.values():
+        for w in everyone:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             w.kill()
         for w in self._orphans:
             w.kill()
         self.workers.clear()
+        self.spares.clear()
         self._orphans.clear()
 
     def __enter__(self):
@@ -374,7 +411,8 @@ class LocalPool:
                 if w.ready and w.job is None and queue:
                     self._dispatch(w, queue, now)
             busy = [w for w in self.workers.values() if w.job is not None]
-            pending = [w for w in self.workers.values() if not w.ready]  # starting, or killed and exiting
+            # starting, or killed and exiting (spares too: a spare that failed to start is started again)
+            pending = [w for w in list(self.workers.values()) + self.spares if not w.ready]
             if not busy and not pending:  # every job sent went back to the queue (its worker was found dead)
                 continue
             for w in busy:  # time spent only waiting for the GPU lock does not count against the job
