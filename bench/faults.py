@@ -156,6 +156,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--standby-workers", type=int, default=0, help="started spares per GPU (EvalConfig)")
     parser.add_argument("--timeout", type=float, default=20.0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="cuda adds GPU-only faults")
     parser.add_argument("--out", default=None)
@@ -184,7 +185,7 @@ def run(args, constants: dict, received: list, signals: list) -> int:
     expected = dict(EXPECTED, **(GPU_ONLY if device == "cuda" else {}))
     problems, items = candidates(args.n, args.seed, expected, constants)
     sleeping_before = sleepers()
-    config = EvalConfig(device=device, trials=2, timeout_s=args.timeout)
+    config = EvalConfig(device=device, trials=2, timeout_s=args.timeout, standby_workers=args.standby_workers)
     jobs, kind_of = [], {}
     for kind, problem, source, i in items:
         cand = Candidate(
@@ -242,6 +243,7 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         "good_misfiled": len(misfiled_good),
         "faults_with_unexpected_status": len(wrong),
         "workers_replaced": pool.replaced,
+        "standby_workers": args.standby_workers,
         "replacement_start_s": {
             "median": statistics.median(pool.restart_seconds) if pool.restart_seconds else None,
             "max": max(pool.restart_seconds, default=None),
