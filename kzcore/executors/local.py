@@ -216,8 +216,9 @@ class LocalPool:
             spares = {None: self.config.standby_workers}
         # each worker of a GPU, spares included, holds its own index into that GPU's lock while it lives
         self._free_locks = {gpu: list(range(self.slots.count(gpu) + n)) for gpu, n in spares.items()}
-        if self.device == "cuda" and len(self.slots) > len(spares):  # several workers share a GPU: timing
-            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in self._free_locks.items()}  # alone
+        if self.device == "cuda" and len(self.slots) > len(spares):
+            # several workers share a GPU: timing must hold it alone
+            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in self._free_locks.items()}
         self._spare_plan = spares
         self.spares: list[_Worker] = []  # started and idle: each takes a dead worker's place on its GPU at once
         self.workers: dict[int, _Worker] = {}
