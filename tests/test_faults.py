@@ -296,6 +296,30 @@ def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, t
     assert len(list(tmp_path.glob("start-*"))) == 1 + MAX_START_FAILURES
 
 
+def test_a_replacement_that_hangs_while_starting_is_given_up_on(relu, tmp_path, monkeypatch):
+    # defence: LocalPool._tend kills a replacement that has not reported ready by its start deadline and tries
+    # again; after MAX_START_FAILURES the map stops with a one-line error instead of waiting forever
+    from kzcore.errors import KzError
+    from kzcore.executors import local
+
+    monkeypatch.setattr(local, "START_TIMEOUT_S", 6.0)
+    plugins = start_plan(tmp_path, monkeypatch, delay_from=1, delay_s=600)  # every replacement hangs
+    with LocalPool(workers=1, config=CONFIG, plugins=plugins) as own:
+        jobs = [
+            EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), CONFIG)
+            for i, s in enumerate([fault("os_exit"), fault("probe_clean_worker")])
+        ]
+        got = []
+        t = time.monotonic()
+        with pytest.raises(KzError, match=r"did not start within 6 s \(3 starts in a row failed\)"):
+            for result in own.map(jobs):
+                got.append(result)
+        assert time.monotonic() - t < 60
+        assert [(r.sample, r.status) for r in got] == [(0, Status.RUNTIME_ERROR)]
+        assert all(w.killed for w in own.workers.values())  # the last hung start was killed too
+    assert len(list(tmp_path.glob("start-*"))) == 1 + local.MAX_START_FAILURES
+
+
 # ------------------------------------------------------------------------------------------------------
 # processes and signals
 # ------------------------------------------------------------------------------------------------------
