@@ -119,6 +119,53 @@ def receive(conn) -> tuple:
     return message
 
 
+def _cost_key(job) -> tuple:
+    """Jobs with the same key are expected to cost about the same: one problem in one language."""
+    problem = getattr(job, "problem", None)
+    candidate = getattr(job, "candidate", None)
+    return (getattr(problem, "level", None), getattr(problem, "name", None), getattr(candidate, "language", None))
+
+
+class JobQueue:
+    """Jobs waiting for a worker, longest expected first, so a batch does not end with its slowest jobs
+    running alone (the longest-processing-time rule). A problem's cost is learned from its finished jobs
+    (seconds from dispatch to result, averaged with weight 1/2 on the newest) and kept across maps. Order:
+    first one job of every problem not yet seen (in submission order: its cost is then learned early), then
+    the highest cost, where a problem whose only jobs so far are still running counts the time they have run."""
+
+    def __init__(self, jobs: Iterable, costs: dict):
+        self.costs = costs
+        self.buckets: dict[tuple, collections.deque] = {}
+        self.running_since: dict[tuple, float] = {}  # first dispatch of a problem with no known cost yet
+        self.n = 0
+        for job in jobs:
+            self.buckets.setdefault(_cost_key(job), collections.deque()).append(job)
+            self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def pop(self, now: float):
+        waiting = [k for k, b in self.buckets.items() if b]
+        unseen = next((k for k in waiting if k not in self.costs and k not in self.running_since), None)
+        if unseen is not None:
+            key = unseen
+            self.running_since[key] = now
+        else:
+            key = max(waiting, key=lambda k: self.costs.get(k, now - self.running_since.get(k, now)))
+        self.n -= 1
+        return self.buckets[key].popleft()
+
+    def push_front(self, job) -> None:
+        self.buckets.setdefault(_cost_key(job), collections.deque()).appendleft(job)
+        self.n += 1
+
+    def finished(self, job, seconds: float) -> None:
+        key = _cost_key(job)
+        self.costs[key] = seconds if key not in self.costs else (self.costs[key] + seconds) / 2
+        self.running_since.pop(key, None)
+
+
 class _Worker:
     def __init__(
         self,
@@ -155,6 +202,7 @@ class _Worker:
         self.exit_by = 0.0  # killed: by when it should have exited (then its successor starts regardless)
         self.job: EvalJob | None = None
         self.started = False  # the worker confirmed it has self.job
+        self.sent_at = 0.0
         self.deadline = 0.0
 
     @property
@@ -199,6 +247,8 @@ def _exit_description(proc) -> str:
 class LocalPool:
     """``LocalPool(workers=None, config=EvalConfig(), plugins=None)``; use ``map(jobs)`` then ``close()``."""
 
+    queue_class = JobQueue  # the order jobs are sent in (bench/schedule.py compares it with first-in-first-out)
+
     def __init__(self, workers: int | None = None, config: EvalConfig | None = None, plugins: list[str] | None = None):
         self.config = config or EvalConfig()
         self.device = resolve_device(self.config.device)
@@ -228,6 +278,7 @@ class LocalPool:
         self.info: dict = {}
         self.replaced = 0
         self.restart_seconds: list[float] = []  # spawn to ready, for each replacement worker
+        self.costs: dict[tuple, float] = {}  # seconds per job of each problem, learned (JobQueue)
 
     # -- worker lifecycle -------------------------------------------------------------------------
     def _env(self, slot) -> dict:
@@ -402,10 +453,11 @@ class LocalPool:
 
     # -- scheduling -------------------------------------------------------------------------------
     def map(self, jobs: Iterable[EvalJob]) -> Iterator[EvalResult]:
-        """Evaluate ``jobs``; yield each result as soon as it is ready (not in submission order)."""
+        """Evaluate ``jobs``; yield each result as soon as it is ready (not in submission order; jobs are sent
+        longest expected first, see JobQueue)."""
         self.start()
         self._requeued = 0
-        queue = self._queue = collections.deque(jobs)
+        queue = self._queue = self.queue_class(jobs, self.costs)
         while queue or any(w.job for w in self.workers.values()):
             now = time.monotonic()
             for w in list(self.workers.values()):
@@ -429,26 +481,28 @@ class LocalPool:
             for w in pending:
                 self._tend(w, ready)
             for w in busy:
+                job, sent = w.job, w.sent_at
                 result = self._collect(w, ready)
                 if result is not None:
+                    queue.finished(job, time.monotonic() - sent)
                     yield result
 
-    def _dispatch(self, w: _Worker, queue: collections.deque, now: float) -> None:
-        job = queue.popleft()
+    def _dispatch(self, w: _Worker, queue: JobQueue, now: float) -> None:
+        job = queue.pop(now)
         try:
             w.conn.send(job)
         except OSError:  # the worker died while idle: not this job's doing, so it goes to a fresh worker
             self._replace(w)
             self._requeue(job)
             return
-        w.job, w.started = job, False
+        w.job, w.started, w.sent_at = job, False, now
         w.deadline, w.tick = now + job.config.timeout_s, now
 
     def _requeue(self, job) -> None:
         self._requeued += 1
         if self._requeued > MAX_REQUEUES * max(1, len(self.workers)):
             raise KzError("evaluator workers keep dying before their jobs start; results so far are saved")
-        self._queue.appendleft(job)
+        self._queue.push_front(job)
 
     def _collect(self, w: _Worker, ready: list) -> EvalResult | None:
         job = w.job
