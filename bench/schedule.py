@@ -35,7 +35,7 @@ class FifoQueue:
         self.jobs.appendleft(job)
 
     def finished(self, job, seconds):
-        pass
+        """First-in-first-out learns nothing from how long a job took."""
 
 
 def run_batch(queue_class, jobs, args) -> dict:
