@@ -323,13 +323,8 @@ class LocalPool:
         return None
 
     def _await_ready(self, worker: _Worker) -> None:
-        """Block until ``worker`` is ready; KzError (the worker killed) if it fails to start."""
-        if not worker.conn.poll(max(0.0, worker.start_by - time.monotonic())):
-            failure = f"evaluator worker did not start within {START_TIMEOUT_S:.0f} s"
-        else:
-            failure = self._take_ready(worker)
-        if failure is not None:
-            self._start_failed(worker, failure)
+        """Block until ``worker`` is ready, or has failed to start (``_tend``)."""
+        self._tend(worker, wait([worker.conn, worker.proc.sentinel], max(0.0, worker.start_by - time.monotonic())))
 
     def _start_failed(self, worker: _Worker, failure: str) -> None:
         """Kill a worker that failed to start. KzError for a first start (the pool cannot work: the error is
@@ -400,10 +395,8 @@ class LocalPool:
         for spare in self.spares:
             if spare.gpu != gpu or spare.killed:
                 continue
-            if not spare.ready and spare.conn.poll(0):  # it may have reported ready since we last looked
-                failure = self._take_ready(spare)
-                if failure is not None:
-                    self._start_failed(spare, failure)
+            if not spare.ready:  # it may have reported ready (or died) since we last looked
+                self._tend(spare, wait([spare.conn, spare.proc.sentinel], timeout=0))
             if spare.ready:
                 return spare
         return None
