@@ -55,6 +55,7 @@ EXPECTED = {
     "faults/kill_parent": {"runtime_error"},
     "faults/ignore_sigterm": {"timeout"},
     "faults/alarm_later": {"correct"},
+    "faults/alarm_now": {"correct"},
     "faults/gpu_hang": {"timeout"},  # the CPU interpreter spins in Python: the same deadline ends it
     "faults/stdout_flood": {"correct"},
     "faults/close_fds": {"correct"},

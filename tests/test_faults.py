@@ -451,6 +451,16 @@ def test_timer_armed_by_a_candidate_is_disarmed(pool, relu):
     assert worker_pid(pool) == pid and alive(pid)
 
 
+def test_timer_going_off_during_the_candidates_own_job_is_ignored(pool, relu):
+    # defence: sandbox.ignore_timer_signals (the worker ignores SIGALRM/SIGVTALRM/SIGPROF); without it the
+    # alarm the candidate arms kills the worker mid-job, and a correct kernel is filed runtime_error. On a
+    # loaded GPU a 2 s timer re-armed on every call went off between two calls of one job this way.
+    pid = worker_pid(pool)
+    (result,) = evaluate(pool, relu, fault("alarm_now"))
+    assert_clean_and_correct(result)
+    assert worker_pid(pool) == pid and alive(pid)
+
+
 # ------------------------------------------------------------------------------------------------------
 # file descriptors, output, working directory
 # ------------------------------------------------------------------------------------------------------

@@ -432,6 +432,18 @@ def guard_processes(scratch: Path) -> list[str]:
     return [*wrapped, "kill", "_posixsubprocess.fork_exec"]
 
 
+TIMER_SIGNALS = (signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF)
+
+
+def ignore_timer_signals() -> None:
+    """The worker uses no interval timer, so a timer's signal can only come from a candidate: ignored, it
+    cannot kill the worker in the middle of that candidate's own job (the timers themselves are cancelled
+    after every job by ``CleanSlate``). A candidate that sets its own handler back gets what it asked for,
+    charged to its own job."""
+    for s in TIMER_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 # -- between jobs -----------------------------------------------------------------------------------------
 
 

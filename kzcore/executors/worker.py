@@ -174,7 +174,7 @@ def worker_main(
     os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
     fences = _fence(device, memory_limit, root)
     phase("fences")
-    from kzcore.executors.sandbox import CleanSlate, guard_processes
+    from kzcore.executors.sandbox import CleanSlate, guard_processes, ignore_timer_signals
 
     os.chdir(workdir)
     sys.path.insert(0, str(workdir))
@@ -199,6 +199,7 @@ def worker_main(
             fences["process_guard"] = "python"
         else:
             fences["process_guard"] = "off"
+        ignore_timer_signals()
         slate.snapshot()
         info["pid"] = os.getpid()
         info["sandbox"] = fences

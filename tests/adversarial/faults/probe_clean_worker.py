@@ -30,9 +30,14 @@ def dirty_state() -> list[str]:
         target = os.path.realpath(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else "closed"
         if target != log:
             problems.append(f"fd {fd} is {target}, not the worker's log {log}")
-    for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGUSR1):
-        if signal.getsignal(sig) != signal.SIG_DFL:
-            problems.append(f"{signal.Signals(sig).name} has handler {signal.getsignal(sig)}")
+    # the worker's own state: default handlers, but timer signals ignored (kzcore's ignore_timer_signals)
+    for sig, want in (
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGUSR1, signal.SIG_DFL),
+        (signal.SIGALRM, signal.SIG_IGN),
+    ):
+        if signal.getsignal(sig) != want:
+            problems.append(f"{signal.Signals(sig).name} has handler {signal.getsignal(sig)}, not {want}")
     if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
         problems.append(f"an interval timer is armed: {signal.getitimer(signal.ITIMER_REAL)}")
     print("probe: the worker looks clean", flush=True)  # raises if stdout is closed
