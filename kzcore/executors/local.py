@@ -5,6 +5,7 @@ replaced and its candidate gets the matching status. Results stream back as they
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import multiprocessing as mp
 import os
@@ -424,10 +425,8 @@ class LocalPool:
         everyone = list(self.workers.values()) + self.spares
         for w in everyone:
             if not w.killed:
-                try:
+                with contextlib.suppress(OSError):  # best effort: a worker that is gone needs no goodbye
                     w.conn.send(None)
-                except (BrokenPipeError, OSError):
-                    pass
         deadline = time.monotonic() + 5  # one grace period for all: busy workers are killed, not waited on
         for w in everyone:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
