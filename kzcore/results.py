@@ -10,6 +10,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from kzcore.jsonl import OnSkip, open_for_append, read_jsonl
 from kzcore.types import SCHEMA, EvalConfig, EvalResult, from_json, to_json
 
 TRACKED_PACKAGES = (
@@ -50,42 +51,29 @@ def run_header(config: EvalConfig, executor_info: dict, plugins: list[str], argv
     }
 
 
-def read_results(path: Path) -> list[EvalResult]:
+def read_results(path: Path, *, on_skip: OnSkip | None = None) -> list[EvalResult]:
     """Every result line in ``path`` (headers skipped); a later line for the same key replaces an earlier
-    one. A torn last line (the process was killed mid-write) is ignored."""
+    one. A torn last line (the process was killed mid-write) and malformed lines are skipped and reported
+    through ``on_skip`` (kzcore.jsonl)."""
     by_key: dict[str, EvalResult] = {}
-    if not path.exists():
-        return []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for row in read_jsonl(path, on_skip=on_skip):
         if row.get("type") == "result":
             result = from_json(EvalResult, row)
             by_key[result.key] = result
     return list(by_key.values())
 
 
-def read_headers(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("type") == "run":
-            out.append(row)
-    return out
+def read_headers(path: Path, *, on_skip: OnSkip | None = None) -> list[dict]:
+    return [row for row in read_jsonl(path, on_skip=on_skip) if row.get("type") == "run"]
 
 
 class ResultsWriter:
-    """Appends JSONL lines and flushes each one."""
+    """Appends JSONL lines and flushes each one. A torn last line left by a killed run is cut off first
+    (with a warning), so the new header starts on a line of its own."""
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, on_skip: OnSkip | None = None):
         self.path = path
-        self.file = path.open("a")
+        self.file = open_for_append(path, on_skip=on_skip)
 
     def write_header(self, header: dict) -> None:
         self._write(header)

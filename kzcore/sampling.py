@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from kzcore.jsonl import OnSkip, open_for_append, read_jsonl
 from kzcore.policy import Policy, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.types import Candidate, Problem
@@ -17,17 +18,9 @@ def prompt_sha(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_completions(path: Path) -> list[dict]:
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from an interrupted run
-            if isinstance(row, dict) and "completion" in row:
-                rows.append(row)
-    return rows
+def read_completions(path: Path, *, on_skip: OnSkip | None = None) -> list[dict]:
+    """The completion rows of ``path``; a torn last line from an interrupted run is skipped and reported."""
+    return [row for row in read_jsonl(path, on_skip=on_skip) if "completion" in row]
 
 
 def sample_candidates(
@@ -43,10 +36,9 @@ def sample_candidates(
 ) -> list[Candidate]:
     """``params.n`` candidates per problem. Problems whose samples are already in ``out`` are not asked
     again; new rows are appended and flushed after each batch of ``batch_size`` prompts."""
-    done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
-    todo = [p for p in problems if (p.level, p.name) not in done]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a") as f:
+    with open_for_append(out) as f:  # a torn last line is cut (and reported) before anything reads the file
+        done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
+        todo = [p for p in problems if (p.level, p.name) not in done]
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             prompts = [build_prompt(p, language, template, pm=pm) for p in batch]

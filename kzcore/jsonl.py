@@ -1,0 +1,105 @@
+"""JSON Lines files, the one way every kind kzcore writes (results, completions, pools, logs) is read and
+appended. Writers flush whole lines, so the only damage an interrupted run leaves is a torn last line:
+readers skip it, appenders cut it off first, and both say so instead of dropping it silently.
+
+API:
+  read_jsonl(path, *, on_skip=None) -> list[dict]   every JSON-object line, in order
+  repair_tail(path, *, on_skip=None) -> bool        make the file end on a whole line before appending
+  open_for_append(path, *, on_skip=None) -> file    repair_tail, then a text file opened to append
+  append_jsonl(path, rows, *, on_skip=None) -> None one line per row, flushed
+
+``on_skip(message)`` receives one line per skipped or dropped line, ``"PATH:LINE: why"``; without it the
+message goes to the ``kzcore.jsonl`` logger as a warning (`kz` prints those on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+OnSkip = Callable[[str], None]
+
+log = logging.getLogger(__name__)
+
+
+def _report(on_skip: OnSkip | None, message: str) -> None:
+    if on_skip is None:
+        log.warning(message)
+    else:
+        on_skip(message)
+
+
+def _object(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_jsonl(path: Path | str, *, on_skip: OnSkip | None = None) -> list[dict]:
+    """Every line of ``path`` that holds a JSON object, in file order; [] when the file does not exist.
+
+    Blank lines are ignored. A last line without its newline that does not parse is a torn write and is
+    skipped; any other line that is not a JSON object is skipped too. Each skip is reported with its
+    file and line number through ``on_skip``."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row = _object(line)
+        if row is not None:
+            rows.append(row)
+        elif lineno == len(lines):  # no newline after it: the write was cut short
+            _report(on_skip, f"{path}:{lineno}: torn last line skipped ({len(line)} characters, no newline)")
+        else:
+            _report(on_skip, f"{path}:{lineno}: not a JSON object, skipped: {line[:60]!r}")
+    return rows
+
+
+def repair_tail(path: Path | str, *, on_skip: OnSkip | None = None) -> bool:
+    """Make ``path`` end with a newline so that appended lines start on a line of their own. A last line
+    without its newline is completed when it is a whole JSON object, else cut off (reported through
+    ``on_skip``). True when the file was changed; a missing or empty file is left alone."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return False
+    keep = data.rfind(b"\n") + 1  # 0 when the file is one unfinished line
+    tail = data[keep:]
+    with path.open("r+b") as f:
+        if _object(tail.decode("utf-8", errors="replace")) is not None:
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+            return True
+        f.truncate(keep)
+    lineno = data.count(b"\n") + 1
+    _report(on_skip, f"{path}:{lineno}: torn last line dropped before appending ({len(tail)} bytes, no newline)")
+    return True
+
+
+def open_for_append(path: Path | str, *, on_skip: OnSkip | None = None) -> IO[str]:
+    """``repair_tail(path)``, then ``path`` opened to append text (parent directories created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repair_tail(path, on_skip=on_skip)
+    return path.open("a")
+
+
+def append_jsonl(path: Path | str, rows: Iterable[dict], *, on_skip: OnSkip | None = None) -> None:
+    """Append one line per row to ``path`` (tail repaired first) and flush."""
+    with open_for_append(path, on_skip=on_skip) as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        f.flush()
