@@ -61,6 +61,10 @@ class DistillSection:
     k: int = 4
     only_faster: bool = False
     template: str = "principles"
+    variants: int = 0  # at most this many verified variant problems (kzcore/train/variants.py); 0: none
+    variant_seed: int = 0  # which variants, when there are more than ``variants``
+    keep_reasoning: bool = True  # train on the teacher's whole answer; False: only its fenced code
+    max_new_tokens: int = 4096  # the teacher's sampling budget per answer
 
 
 @attrs.frozen

@@ -3,7 +3,9 @@ pipelining, reordering) writes kernels; the evaluator keeps the correct ones (op
 than eager); they become a chat-format SFT dataset (prompt/completion rows, with provenance).
 
 A suite's shipped reference solutions can stand in for the teacher (``solutions="builtin"``): that is what
-the CPU smoke run uses, since no large teacher fits there."""
+the CPU smoke run uses, since no large teacher fits there. ``variants=N`` adds up to N generated variant
+problems with their own solutions (kzcore/train/variants.py), verified the same way; held-out names in
+``exclude`` remove the variants derived from them."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pathlib import Path
 import attrs
 
 from kzcore.evaluate.runner import evaluate
+from kzcore.plugins import get_plugin_manager
 from kzcore.policy import Policy, SamplingParams
 from kzcore.problems import load_solutions
 from kzcore.prompts import build_prompt
 from kzcore.sampling import sample_candidates
+from kzcore.train import variants as variant_gen
 from kzcore.types import Candidate, EvalConfig, EvalResult, Problem
 
 
@@ -29,13 +33,22 @@ class DistillSummary:
     dataset: str
     results: str
     note: str = ""
+    # language → {"generated": after exclusion, "evaluated": chosen, "verified": correct, "kept": rows}
+    variants: dict[str, dict[str, int]] = attrs.field(factory=dict)
 
 
-def _answer(candidate: Candidate, pm) -> str:
-    """The assistant turn to train on: the completion as the teacher wrote it, or a ready source fenced."""
-    if candidate.completion is not None:
+def _fenced(source: str) -> str:
+    return f"```python\n{source.rstrip()}\n```"
+
+
+def _answer(candidate: Candidate, pm, keep_reasoning: bool = True) -> str:
+    """The assistant turn to train on: the completion as the teacher wrote it (reasoning and code), or with
+    ``keep_reasoning=False`` only its code as the evaluator extracts it, fenced; a ready source fenced."""
+    if candidate.completion is None:
+        return _fenced(candidate.source)
+    if keep_reasoning:
         return candidate.completion
-    return f"```python\n{candidate.source.rstrip()}\n```"
+    return _fenced(pm.hook.kz_extract_source(language=candidate.language, completion=candidate.completion))
 
 
 def keep(result: EvalResult, only_faster: bool) -> bool:
@@ -56,44 +69,73 @@ def distill(
     only_faster: bool = False,
     template: str = "principles",
     workers: int | None = None,
+    variants: int | None = 0,
+    variant_seed: int = 0,
+    exclude: list[str] | tuple[str, ...] = (),
+    keep_reasoning: bool = True,
+    max_new_tokens: int = 4096,
     pm=None,
 ) -> DistillSummary:
-    """Write ``out_dir/sft.jsonl`` from the verified teacher outputs; returns counts and paths."""
+    """Write ``out_dir/sft.jsonl`` from the verified teacher outputs and, with ``variants=N``, from up to N
+    verified variant problems (chosen by ``variant_seed``, none derived from the names in ``exclude``);
+    returns counts and paths."""
     if (teacher is None) == (solutions is None):
         raise ValueError("distill needs exactly one of teacher= or solutions=")
+    pm = pm or get_plugin_manager()
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_key = {(p.level, p.name): p for p in problems}
+    generated, pool = _variants(problems, languages, solutions, variants, variant_seed, exclude, pm)
+    by_variant = {v.name: v for v in pool}
+    all_problems = problems + [v.problem for v in pool]
+    by_key = {(p.level, p.name): p for p in all_problems}
     rows, n_cand, n_correct = [], 0, 0
     note = ""
+    counts: dict[str, dict[str, int]] = {}
     for language in languages:
         if teacher is not None:
-            params = params or SamplingParams(n=k, temperature=0.8)
+            params = params or SamplingParams(n=k, temperature=0.8, max_new_tokens=max_new_tokens)
             candidates = sample_candidates(
                 teacher, problems, language, params, out_dir / f"teacher-{language}.jsonl", template=template, pm=pm
             )
         else:
             candidates = load_solutions(solutions, problems, language, pm=pm)
-        results = evaluate(problems, candidates, config, out_dir / f"results-{language}.jsonl", workers=workers, pm=pm)
+        extra = [c for v in pool if (c := v.candidate(language)) is not None]
+        candidates = candidates + extra
+        results = evaluate(
+            all_problems, candidates, config, out_dir / f"results-{language}.jsonl", workers=workers, pm=pm
+        )
         verdicts = {r.key: r for r in results}
         n_cand += len(candidates)
         n_correct += sum(r.correct for r in results)
         if only_faster and not any(r.speedup for r in results):
             note = "only_faster asked for, but nothing was timed (no GPU): nothing kept"
+        if variants:
+            counts[language] = {
+                "generated": sum(language in v.solutions for v in generated),
+                "evaluated": len(extra),
+                "verified": sum(verdicts[c.key].correct for c in extra if c.key in verdicts),
+                "kept": 0,
+            }
         for cand in candidates:
             result = verdicts.get(cand.key)
             if result is None or not keep(result, only_faster):
                 continue
             problem = by_key[(cand.level, cand.problem)]
+            variant = by_variant.get(cand.problem)
+            if variant is not None:
+                counts[language]["kept"] += 1
             rows.append(
                 {
                     "prompt": build_prompt(problem, language, template, pm=pm),
-                    "completion": [{"role": "assistant", "content": _answer(cand, pm)}],
+                    "completion": [{"role": "assistant", "content": _answer(cand, pm, keep_reasoning)}],
                     "problem": problem.name,
                     "level": problem.level,
                     "language": language,
                     "provenance": {
-                        "teacher": getattr(teacher, "name", None) if teacher else f"solutions:{solutions}",
+                        "teacher": _teacher_name(teacher, solutions, variant),
                         "origin": cand.origin,
+                        "variant": variant.name if variant else None,
+                        "variant_kind": variant.kind if variant else None,
+                        "variant_of": variant.origin if variant else None,
                         "sample": cand.sample,
                         "speedup": result.speedup,
                         "template": template,
@@ -103,4 +145,19 @@ def distill(
             )
     dataset = out_dir / "sft.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return DistillSummary(n_cand, n_correct, len(rows), str(dataset), str(out_dir), note)
+    return DistillSummary(n_cand, n_correct, len(rows), str(dataset), str(out_dir), note, counts)
+
+
+def _teacher_name(teacher: Policy | None, solutions: str | None, variant) -> str | None:
+    if variant is not None:
+        return f"variants:{variant.kind}"
+    return getattr(teacher, "name", None) if teacher else f"solutions:{solutions}"
+
+
+def _variants(problems, languages, solutions, count, seed, exclude, pm):
+    """(every variant not derived from a held-out name, the at most ``count`` of them chosen by ``seed``)."""
+    if not count:
+        return [], []
+    suite = solutions if solutions and not Path(solutions).exists() else "builtin"
+    allowed = variant_gen.exclude_heldout(variant_gen.generate(problems, languages, suite=suite, pm=pm), list(exclude))
+    return allowed, variant_gen.choose(allowed, count, seed)

@@ -102,12 +102,15 @@ class Trainer:
             summary = distill(
                 self.coldstart, list(self.config.plugins.languages), phase_dir, self.config.eval, teacher=teacher,
                 solutions=arg if kind == "solutions" else None, k=cfg.k, only_faster=cfg.only_faster,
-                template=cfg.template, workers=self.config.plugins.workers, pm=self.pm,
+                template=cfg.template, workers=self.config.plugins.workers,
+                variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=[p.name for p in self.heldout],
+                keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
             )  # fmt: skip
         finally:
             if teacher is not None:
                 teacher.close()
-        return {"candidates": summary.candidates, "correct": summary.correct, "kept": summary.kept}
+        counts = {"candidates": summary.candidates, "correct": summary.correct, "kept": summary.kept}
+        return {**counts, "variants": summary.variants} if summary.variants else counts
 
     def sft(self, phase: Phase, phase_dir: Path) -> dict:
         """SFT on the distilled set; the held-out score of the base model (before) and of the result."""
