@@ -5,6 +5,8 @@ Environment switches:
   KZ_LOAD_PLUGINS     comma list of entry-point names to load (empty string: load none)
   KZ_DISABLE_PLUGINS  comma list of entry-point names to skip
   KZ_TRACE_PLUGINS=1  print every hook call and result (pluggy's tracing)
+  KZ_TEST_PLUGINS=1   also load the "kzcore.test" entry-point group: plugins that exist for kzcore's own tests
+                      (the toy language kz_pylang), which a normal install should not show
 """
 
 from __future__ import annotations
@@ -62,10 +64,14 @@ def new_plugin_manager(load_entry_points: bool = True, extra: Iterable[str] = ()
     return pm
 
 
+TEST_GROUP = f"{PROJECT}.test"
+
+
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     only = _env_list("KZ_LOAD_PLUGINS")
     disabled = set(_env_list("KZ_DISABLE_PLUGINS") or [])
-    for ep in importlib.metadata.entry_points(group=PROJECT):
+    groups = [PROJECT] + ([TEST_GROUP] if os.environ.get("KZ_TEST_PLUGINS") == "1" else [])
+    for ep in (ep for group in groups for ep in importlib.metadata.entry_points(group=group)):
         if (only is not None and ep.name not in only) or ep.name in disabled:
             continue
         if pm.get_plugin(ep.name) is not None:

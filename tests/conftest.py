@@ -35,6 +35,7 @@ def pytest_collection_modifyitems(config, items):
 def isolated_plugins(monkeypatch):
     """A plugin manager with the core defaults only; entry points are not loaded."""
     monkeypatch.setenv("KZ_LOAD_PLUGINS", "")
+    monkeypatch.setenv("KZ_TEST_PLUGINS", "1")  # tests that load entry points see kz_pylang ("kzcore.test" group)
     pm = new_plugin_manager(load_entry_points=False)
     set_plugin_manager(pm)
     yield pm

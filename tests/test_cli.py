@@ -30,7 +30,7 @@ def wide(monkeypatch):
 
 def kz_subprocess(*args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KZ_")}  # no KZ_LOAD_PLUGINS="" guard
-    environ.update(COLUMNS="250", PYTHONIOENCODING="utf-8", **env)
+    environ.update(COLUMNS="250", PYTHONIOENCODING="utf-8", KZ_TEST_PLUGINS="1", **env)
     return subprocess.run([str(KZ), *args], capture_output=True, text=True, env=environ, timeout=120)
 
 

@@ -11,7 +11,7 @@ import pytest
 from kzcore import PROJECT
 from kzcore.errors import KzError
 from kzcore.evaluate.runner import evaluate
-from kzcore.plugins import DEFAULT_PLUGINS, languages, new_plugin_manager, plugin_specs
+from kzcore.plugins import DEFAULT_PLUGINS, TEST_GROUP, languages, new_plugin_manager, plugin_specs
 from kzcore.problems import load_problems
 from kzcore.types import Candidate, EvalConfig, Status
 from tests import fakes_hooks
@@ -30,10 +30,13 @@ def entry_point_names(pm) -> set[str]:
     return {name for name, _ in pm.list_name_plugin() if name not in DEFAULT_PLUGINS}
 
 
-@pytest.mark.parametrize("name, module", [("triton", "kz_triton"), ("pylang", "kz_pylang"), ("cuda", "kz_cuda")])
-def test_plugin_is_installed(name, module):
-    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=PROJECT)}
-    assert name in eps, f"{module} is not installed with a {PROJECT!r} entry point"
+@pytest.mark.parametrize(
+    "name, module, group",
+    [("triton", "kz_triton", PROJECT), ("pylang", "kz_pylang", TEST_GROUP), ("cuda", "kz_cuda", PROJECT)],
+)
+def test_plugin_is_installed(name, module, group):
+    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=group)}
+    assert name in eps, f"{module} is not installed with a {group!r} entry point"
     assert eps[name].value == module
     plugin = eps[name].load()
     assert plugin is importlib.import_module(module)

@@ -1,6 +1,6 @@
 """kz_pylang: a toy kernel language whose "kernels" are plain PyTorch. It lives in its own folder with its
-own pyproject.toml and registers through the ``kzcore`` entry-point group, exactly as a third-party
-kernel-language plugin would; docs/plugins.md walks through it."""
+own pyproject.toml and registers through an entry point, as a third-party kernel-language plugin would (in
+the ``kzcore.test`` group, loaded only under KZ_TEST_PLUGINS=1); docs/plugins.md walks through it."""
 
 from kzcore import hookimpl
 from kzcore.problems import import_module_from_file
@@ -37,12 +37,22 @@ def kz_prompt_sections(language, problem, template):
 
 class EchoPolicy:
     """A policy registered by entry point from outside the core: it answers each Coder prompt with the
-    prompt's own architecture renamed to ModelNew, which is a correct "python"-language solution."""
+    prompt's own architecture renamed to ModelNew, which is a correct "python"-language solution.
+    ``pylang-echo:SECONDS`` sleeps SECONDS before every batch but the first: a slow model, for Ctrl-C tests."""
 
     name = "pylang-echo"
 
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+        self.batches = 0
+
     def generate(self, prompts, params):
         import re
+        import time
+
+        if self.batches and self.delay:
+            time.sleep(self.delay)
+        self.batches += 1
 
         from kzcore.builtins.extraction import code_blocks
         from kzcore.policy import Completion
@@ -60,4 +70,4 @@ class EchoPolicy:
 
 @hookimpl
 def kz_register_policies(register):
-    register("pylang-echo", lambda arg: EchoPolicy())
+    register("pylang-echo", lambda arg: EchoPolicy(delay=float(arg or 0)))
