@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import warnings
 from pathlib import Path
 
 from kzcore.errors import KzError
@@ -32,6 +34,39 @@ def _cmd_plugins(args) -> int:
     return 0
 
 
+def _load_problems(spec: str):
+    """``load_problems``, with a one-line error naming a suite's levels when ``spec`` asks for one it lacks."""
+    from kzcore.plugins import suites
+    from kzcore.problems import load_problems, parse_suite_spec
+
+    if not Path(spec).exists():
+        name, levels = parse_suite_spec(spec)
+        if levels and name in suites().items:
+            have = {p.level for p in load_problems(name)}
+            if missing := sorted(levels - have):
+                raise KzError(
+                    f"suite {name!r} has no level {', '.join(map(str, missing))}; "
+                    f"its levels: {', '.join(map(str, sorted(have)))}"
+                )
+    return load_problems(spec)
+
+
+def _size_profiles(source: str) -> list[str]:
+    """The profile "full" and the keys of the problem's literal ``KZ_SIZES`` dict, read without importing it."""
+    import ast
+
+    profiles = ["full"]
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return profiles
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KZ_SIZES" for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                profiles += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+    return profiles
+
+
 def _cmd_suite(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -53,9 +88,7 @@ def _cmd_suite(args) -> int:
             table.add_row(name, str(path), ", ".join(f"level{lvl}: {n}" for lvl, n in sorted(by_level.items())))
         console.print(table)
         return 0
-    from kzcore.problems import load_problems
-
-    problems = load_problems(args.spec)
+    problems = _load_problems(args.spec)
     if args.suite_cmd == "check":
         return _suite_check(problems, args, console)
     if args.name:
@@ -68,8 +101,7 @@ def _cmd_suite(args) -> int:
     for col in ("level", "problem", "size profiles"):
         table.add_column(col)
     for p in problems:
-        profiles = "full" + (", small" if "KZ_SIZES" in p.source else "")
-        table.add_row(str(p.level), p.name, profiles)
+        table.add_row(str(p.level), p.name, ", ".join(_size_profiles(p.source)))
     console.print(table)
     return 0
 
@@ -134,16 +166,23 @@ def _cmd_eval(args) -> int:
 
     from kzcore.evaluate.runner import evaluate
     from kzcore.plugins import require_language
-    from kzcore.problems import load_problems, load_solutions
+    from kzcore.problems import load_solutions
     from kzcore.report import print_report
 
     console = Console(stderr=True)
+    if bool(args.solutions) == bool(args.policy):  # sampling a whole suite must never start by default
+        raise UsageError(
+            "kz eval needs --solutions (candidates to evaluate) or --policy (a model to sample them from)"
+            if not args.solutions
+            else "kz eval takes --solutions or --policy, not both"
+        )
     require_language(args.language)
-    problems = load_problems(args.problems)
+    problems = _load_problems(args.problems)
     if args.solutions:
         candidates = load_solutions(args.solutions, problems, args.language)
     else:
         completions = Path(args.completions or Path(args.out).with_suffix(".completions.jsonl"))
+        args.saved = f"completions so far are in {completions}; run the same command again to resume"
         candidates = _sample(args, problems, completions, console)
         console.print(f"completions: {completions}")
     covered = {(c.level, c.problem) for c in candidates}
@@ -174,22 +213,18 @@ def _cmd_eval(args) -> int:
     def on_result(result):
         progress.update(task, advance=1, description=f"{result.problem}: {result.status.value}")
 
+    args.saved = f"results so far are in {out}; run the same command again to resume"
     with progress:
-        try:
-            results = evaluate(
-                problems,
-                candidates,
-                _config_from(args),
-                out,
-                executor=args.executor,
-                workers=args.workers,
-                on_result=on_result,
-                on_start=on_start,
-            )
-        except KeyboardInterrupt:
-            progress.stop()
-            console.print(f"interrupted: results so far are in {out}; run the same command again to resume")
-            return EXIT_INTERRUPTED
+        results = evaluate(
+            problems,
+            candidates,
+            _config_from(args),
+            out,
+            executor=args.executor,
+            workers=args.workers,
+            on_result=on_result,
+            on_start=on_start,
+        )
     k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
     print_report(results, k=max(1, k), problems=[(p.level, p.name) for p in problems], console=Console())
     Console().print(f"results: {out}")
@@ -234,16 +269,12 @@ def _cmd_sample(args) -> int:
     from rich.console import Console
 
     from kzcore.plugins import require_language
-    from kzcore.problems import load_problems
 
     require_language(args.language)
-    problems = load_problems(args.problems)
+    problems = _load_problems(args.problems)
     console = Console(stderr=True)
-    try:
-        candidates = _sample(args, problems, Path(args.out), console)
-    except KeyboardInterrupt:
-        console.print(f"interrupted: completions so far are in {args.out}; run the same command again to resume")
-        return EXIT_INTERRUPTED
+    args.saved = f"completions so far are in {args.out}; run the same command again to resume"
+    candidates = _sample(args, problems, Path(args.out), console)
     Console().print(f"{len(candidates)} completions for {len(problems)} problems in {args.out}")
     return 0
 
@@ -261,13 +292,12 @@ def _cmd_distill(args) -> int:
     from rich.console import Console
 
     from kzcore.plugins import require_language
-    from kzcore.problems import load_problems
     from kzcore.train.distill import distill
 
     args.language = args.language or ["triton"]
     for language in args.language:
         require_language(language)
-    problems = load_problems(args.problems)
+    problems = _load_problems(args.problems)
     kind, _, arg = args.teacher.partition(":")
     teacher = None
     if kind != "solutions":
@@ -305,20 +335,19 @@ def _cmd_sft(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from kzcore.train.config import load_config
-    from kzcore.train.trainer import Trainer
+    from kzcore.train.config import check_device, load_config
 
-    config = load_config(Path(args.config))
+    config = load_config(Path(args.config))  # types checked here and the device below: before any phase runs
+    check_device(config)
     if args.run_dir:
         import attrs
 
         config = attrs.evolve(config, run=attrs.evolve(config.run, dir=args.run_dir))
+    from kzcore.train.trainer import Trainer
+
     trainer = Trainer(config)
-    try:
-        state = trainer.run()
-    except KeyboardInterrupt:
-        print(f"interrupted: finished phases are recorded in {config.run.dir}; run the same command to resume")
-        return EXIT_INTERRUPTED
+    args.saved = f"finished phases are recorded in {config.run.dir}; run the same command again to resume"
+    state = trainer.run()
     run_dir = Path(config.run.dir)
     print(f"phases done: {', '.join(state['done'])}")
     print(f"logs: {run_dir / 'state.json'} and {run_dir / 'phases'}/*/")
@@ -342,6 +371,7 @@ def _cmd_propose(args) -> int:
     catalog = load_catalog(*args.catalog)
     policy = load_policy(args.policy)
     console = Console()
+    args.saved = f"modules so far are in {args.out}"
     try:
         summary = propose(
             policy, args.n, catalog=catalog, pool_path=args.out,
@@ -352,9 +382,6 @@ def _cmd_propose(args) -> int:
             batch_size=args.batch_size,
             progress=lambda r: console.print(f"{r.id} {'+'.join(r.apis)}: {r.failed_gate or 'accepted'}"),
         )  # fmt: skip
-    except KeyboardInterrupt:
-        console.print(f"interrupted: modules so far are in {args.out}")
-        return EXIT_INTERRUPTED
     finally:
         policy.close()
     console.print(f"{summary.accepted} of {summary.attempted} modules accepted -> {summary.pool_path}")
@@ -392,31 +419,32 @@ def _cmd_pool(args) -> int:
 def _cmd_report(args) -> int:
     from rich.console import Console
 
-    from kzcore.report import print_report, speedup_histogram
+    from kzcore.report import print_report, report_plots
     from kzcore.results import read_results
 
     path = Path(args.results)
     if not path.exists():
         raise KzError(f"{path}: no such results file")
-    results = read_results(path)
+    results = read_results(path)  # skipped lines are reported as warnings on stderr (main)
     if not results:
         raise KzError(f"{path}: holds no results")
     console = Console()
     print_report(results, k=args.k, console=console)
-    png = speedup_histogram(results, Path(args.plot) if args.plot else path.with_suffix(".speedups.png"))
-    console.print(f"speedup histogram: {png}" if png else "no speedup histogram: no correct result was timed")
+    png = report_plots(results, Path(args.plot) if args.plot else path.with_suffix(".plots.png"))
+    timed = any(r.correct and r.speedup for r in results)
+    console.print(f"plots: {png} (verdicts per level{', speedup histogram' if timed else ''})")
     return 0
 
 
 DEFAULT_POLICY = "smollm2"
 
 
-def _add_policy_args(parser, policy_help: str) -> None:
-    parser.add_argument("--policy", default=DEFAULT_POLICY, help=f"{policy_help} (default: {DEFAULT_POLICY})")
+def _add_policy_args(parser, policy_help: str, default: str | None = DEFAULT_POLICY) -> None:
+    parser.add_argument("--policy", default=default, metavar="NAME[:ARG]", help=policy_help)
     parser.add_argument("-n", type=int, default=1, help="samples per problem")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
+    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling: keep this much probability mass")
+    parser.add_argument("--max-new-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--template", default="kernelbench", help="prompt template: kernelbench | principles")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
 
@@ -435,12 +463,14 @@ def _add_eval_args(parser) -> None:
         default=0,
         help="idle workers kept started per GPU that replace a crashed worker at once (each holds a CUDA context)",
     )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
-    parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--atol", type=float, default=1e-2)
-    parser.add_argument("--rtol", type=float, default=1e-2)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where candidates run")
+    parser.add_argument(
+        "--size", default="auto", help="problem sizes: auto (small on a CPU) | full | a KZ_SIZES profile such as small"
+    )
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials per candidate")
+    parser.add_argument("--seed", type=int, default=0, help="seed for inputs, weights and sampling")
+    parser.add_argument("--atol", type=float, default=1e-2, help="absolute tolerance (fp32 outputs)")
+    parser.add_argument("--rtol", type=float, default=1e-2, help="relative tolerance (fp32 outputs)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
     parser.add_argument("--reps", type=int, default=100, help="most timed repetitions (GPU)")
     parser.add_argument("--min-reps", type=int, default=100, help="fewest timed repetitions before stopping early")
@@ -467,8 +497,28 @@ def _add_eval_args(parser) -> None:
     )  # fmt: skip
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the default says nothing (None, off, empty) or
+    the help already names it."""
+
+    def _get_help_string(self, action):
+        help = action.help or ""
+        says_nothing = action.default is None or action.default is False or action.default == []
+        if says_nothing or action.default is argparse.SUPPRESS or "default" in help:
+            return help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help shows defaults; subcommand parsers are made of the same class."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
+    parser = Parser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("plugins", help="list loaded plugins, their hooks and what each registers").set_defaults(
@@ -477,8 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     suite = sub.add_parser("suite", help="list suites or show a suite's problems")
     suite_sub = suite.add_subparsers(dest="suite_cmd", required=True)
-    suite_sub.add_parser("list").set_defaults(func=_cmd_suite)
-    show = suite_sub.add_parser("show")
+    suite_sub.add_parser("list", help="registered suites and their problem counts").set_defaults(func=_cmd_suite)
+    show = suite_sub.add_parser("show", help="a suite's problems and size profiles, or one problem's source")
     show.add_argument("spec", help="suite name (builtin[:level]) or path")
     show.add_argument("name", nargs="?", help="a problem name: print its source")
     show.set_defaults(func=_cmd_suite)
@@ -486,108 +536,153 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate"
     )
     check.add_argument("spec", help="suite name (builtin[:level]) or path")
-    check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    check.add_argument("--size", default="auto")
-    check.add_argument("--timeout", type=float, default=120.0)
-    check.add_argument("--workers", type=int, default=None)
+    check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where problems run")
+    check.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
+    check.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
+    check.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     check.set_defaults(func=_cmd_suite, name=None)
 
     ev = sub.add_parser("eval", help="evaluate solutions on problems")
     ev.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     ev.add_argument("--solutions", default=None, help="a directory, a .jsonl, or a suite name (its own solutions)")
     ev.add_argument("--completions", default=None, help="with --policy: where completions go (default: next to --out)")
-    ev.add_argument("--language", default="triton")
+    ev.add_argument("--language", default="triton", help="kernel language of the candidates (see kz plugins)")
     ev.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
-    ev.add_argument("--executor", default="local")
+    ev.add_argument("--executor", default="local", help="where candidates run: local, or a plugin's (e.g. ray)")
     ev.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     _add_eval_args(ev)
     ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
-    _add_policy_args(ev, "without --solutions: sample candidates from this policy first")
+    _add_policy_args(
+        ev, "sample candidates from this policy first, e.g. smollm2 (instead of --solutions)", default=None
+    )
     ev.set_defaults(func=_cmd_eval)
 
     sa = sub.add_parser("sample", help="sample candidate solutions from a policy into a completions JSONL")
     sa.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
-    sa.add_argument("--language", default="triton")
+    sa.add_argument("--language", default="triton", help="kernel language the policy is asked to write")
     sa.add_argument("--out", default="runs/completions.jsonl", help="completions JSONL (appended; resumes)")
-    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument("--seed", type=int, default=0, help="sampling seed")
     _add_policy_args(sa, "the policy backend, NAME[:ARG]")
     sa.set_defaults(func=_cmd_sample)
 
     di = sub.add_parser("distill", help="cold start: teacher kernels, verified, into an SFT dataset")
     di.add_argument("--teacher", required=True, help="a policy spec, or solutions:SUITE for a suite's references")
-    di.add_argument("--problems", required=True)
+    di.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     di.add_argument("--language", action="append", default=None, help="repeatable (default: triton)")
     di.add_argument("-k", type=int, default=4, help="teacher samples per problem and language")
     di.add_argument("--only-faster", action="store_true", help="keep only kernels faster than eager (GPU)")
-    di.add_argument("--template", default="principles")
-    di.add_argument("--out", default="runs/distill")
-    di.add_argument("--workers", type=int, default=None)
+    di.add_argument("--template", default="principles", help="prompt template: kernelbench | principles")
+    di.add_argument("--out", default="runs/distill", help="output directory (sft.jsonl and the verified kernels)")
+    di.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     _add_eval_args(di)
     di.set_defaults(func=_cmd_distill)
 
     sf = sub.add_parser("sft", help="fine-tune a checkpoint on a distilled dataset (TRL SFTTrainer)")
     sf.add_argument("--model", required=True, help="a checkpoint directory")
     sf.add_argument("--data", required=True, help="sft.jsonl from kz distill")
-    sf.add_argument("--out", default="runs/sft")
-    sf.add_argument("--max-steps", type=int, default=20)
-    sf.add_argument("--lr", type=float, default=2e-5)
-    sf.add_argument("--batch-size", type=int, default=2)
-    sf.add_argument("--max-length", type=int, default=4096)
-    sf.add_argument("--cpu", action="store_true")
+    sf.add_argument("--out", default="runs/sft", help="output directory for the fine-tuned checkpoint")
+    sf.add_argument("--max-steps", type=int, default=20, help="optimizer steps")
+    sf.add_argument("--lr", type=float, default=2e-5, help="learning rate")
+    sf.add_argument("--batch-size", type=int, default=2, help="examples per device per step")
+    sf.add_argument("--max-length", type=int, default=4096, help="longest example in tokens (longer are cut)")
+    sf.add_argument("--cpu", action="store_true", help="train on the CPU (required on a machine without CUDA)")
     sf.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
     sf.set_defaults(func=_cmd_sft)
 
     pr = sub.add_parser("propose", help="Proposer: API sets -> modules -> gates -> task pool")
-    pr.add_argument("--policy", default=DEFAULT_POLICY)
+    pr.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the Proposer's policy")
     pr.add_argument("--n", type=int, default=8, help="modules to propose")
     pr.add_argument("--out", default="runs/pool.jsonl", help="task pool JSONL (appended)")
     pr.add_argument("--catalog", action="append", default=[], help="extra catalog JSON files (repeatable)")
-    pr.add_argument("--seed", type=int, default=0)
-    pr.add_argument("--round", type=int, default=0)
-    pr.add_argument("--min-apis", type=int, default=1)
-    pr.add_argument("--max-apis", type=int, default=4)
-    pr.add_argument("--batch-size", type=int, default=8)
-    pr.add_argument("--temperature", type=float, default=1.0)
-    pr.add_argument("--max-new-tokens", type=int, default=768)
-    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    pr.add_argument("--seed", type=int, default=0, help="seed for API sets and sampling")
+    pr.add_argument("--round", type=int, default=0, help="round number recorded with each module")
+    pr.add_argument("--min-apis", type=int, default=1, help="fewest APIs per sampled set")
+    pr.add_argument("--max-apis", type=int, default=4, help="most APIs per sampled set")
+    pr.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
+    pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    pr.add_argument("--max-new-tokens", type=int, default=768, help="most tokens per module")
+    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where modules are checked")
     pr.add_argument("--timeout", type=float, default=60.0, help="seconds per module check")
-    pr.add_argument("--workers", type=int, default=None)
+    pr.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     pr.set_defaults(func=_cmd_propose)
 
     po = sub.add_parser("pool", help="task pool tools")
     po_sub = po.add_subparsers(dest="pool_cmd", required=True)
     ps = po_sub.add_parser("stats", help="gate failure counts and a pass-rate histogram PNG")
-    ps.add_argument("pool")
-    ps.add_argument("--png", default=None)
+    ps.add_argument("pool", help="task pool JSONL (from kz propose)")
+    ps.add_argument("--png", default=None, help="histogram path (default: next to the pool file)")
     ps.set_defaults(func=_cmd_pool)
 
     tr = sub.add_parser("train", help="the alternating KernelZero trainer from a TOML config")
-    tr.add_argument("--config", required=True)
+    tr.add_argument("--config", required=True, help="TOML config (docs/training.md lists every key)")
     tr.add_argument("--run-dir", default=None, help="override [run] dir")
     tr.set_defaults(func=_cmd_train)
 
     se = sub.add_parser("serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint")
-    se.add_argument("--policy", default=DEFAULT_POLICY, help="NAME[:ARG] (default: the embedded smollm2)")
-    se.add_argument("--host", default="127.0.0.1")
-    se.add_argument("--port", type=int, default=8000)
+    se.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the policy to serve")
+    se.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    se.add_argument("--port", type=int, default=8000, help="port to listen on")
     se.add_argument("--model-name", default=None, help="model id clients see (default: the policy spec)")
     se.set_defaults(func=_cmd_serve)
 
     rep = sub.add_parser("report", help="score table and speedup histogram of a results file")
-    rep.add_argument("results")
-    rep.add_argument("-k", type=int, default=1)
-    rep.add_argument("--plot", default=None, help="PNG path (default: next to the results file)")
+    rep.add_argument("results", help="results JSONL (from kz eval)")
+    rep.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    rep.add_argument(
+        "--plot", default=None, help="PNG path for the plots (default: next to the results file, .plots.png)"
+    )
     rep.set_defaults(func=_cmd_report)
     return parser
 
 
+# Warnings libraries raise about what our code does knowingly: (message regex, category, module regex).
+# Each is narrow, so any other warning, and every error, still shows.
+KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    # TRL's SFT/GRPO configs (and GRPOSettings) pass `gradient_checkpointing`, which transformers 5 renamed to
+    # `activation_checkpointing` and maps over itself: nothing to act on in a run's log
+    ("`gradient_checkpointing(_kwargs)?` is deprecated", FutureWarning, r"transformers\.training_args"),
+)
+
+
+def quiet_known_warnings() -> None:
+    for message, category, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+class UsageError(KzError):
+    """A command line that cannot work as given: one line, exit 2 (argparse's usage-error status)."""
+
+
+class _StderrWarnings(logging.Handler):
+    """kzcore's logged warnings (skipped lines of a results file, ...) as `kz: warning: ...` lines; writes to
+    the sys.stderr of the moment, so tests capturing stderr see them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"kz: warning: {record.getMessage()}", file=sys.stderr)
+
+
+def _show_warnings() -> None:
+    logger = logging.getLogger("kzcore")
+    if not any(isinstance(h, _StderrWarnings) for h in logger.handlers):
+        logger.addHandler(_StderrWarnings(logging.WARNING))
+    logger.setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _show_warnings()
+    quiet_known_warnings()
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(f"kz: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KzError as exc:
         print(f"kz: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the one place every command's Ctrl-C ends: one line, exit 130
+        print(f"kz: interrupted{': ' + args.saved if getattr(args, 'saved', '') else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -47,20 +47,29 @@ def status_table(results: list[EvalResult]) -> Table:
     return table
 
 
+def one_line(message: str, width: int = 160) -> str:
+    """A multi-line message on one line: ``"static check failed:\n- a\n- b"`` → ``"static check failed: a; b"``,
+    cut at ``width`` characters with an ellipsis."""
+    parts = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
+    if not parts:
+        return ""
+    text = parts[0] + (" " + "; ".join(parts[1:]) if len(parts) > 1 else "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def failures_table(results: list[EvalResult], limit: int = 20) -> Table | None:
     bad = [r for r in results if not r.correct]
     if not bad:
         return None
-    table = Table(title=f"not correct ({len(bad)})")
+    more = len(bad) - limit
+    table = Table(
+        title=f"not correct ({len(bad)})",
+        caption=f"{more} more not shown (every message is in the results file)" if more > 0 else None,
+    )
     for col in ("problem", "sample", "status", "message"):
         table.add_column(col)
     for r in sorted(bad, key=lambda r: (r.level, r.problem, r.sample))[:limit]:
-        table.add_row(
-            f"level{r.level}/{r.problem}",
-            str(r.sample),
-            r.status.value,
-            r.message.splitlines()[0][:100] if r.message else "",
-        )
+        table.add_row(f"level{r.level}/{r.problem}", str(r.sample), r.status.value, one_line(r.message or ""))
     return table
 
 
@@ -79,11 +88,21 @@ def print_report(results: list[EvalResult], k: int = 1, problems=(), console: Co
         console.print(f"[dim]no speedups: {'; '.join(sorted(notes)) or 'no correct result was timed'}[/dim]")
 
 
-def speedup_histogram(results: list[EvalResult], path: Path) -> Path | None:
-    """A histogram of log2 speedups of correct, timed results; None when there are none."""
-    speedups = [r.speedup for r in results if r.correct and r.speedup]
-    if not speedups:
-        return None
+STATUS_COLORS = {
+    Status.CORRECT: "#2e7d32",
+    Status.INCORRECT: "#c62828",
+    Status.HACK_SUSPECTED: "#6a1b9a",
+    Status.RUNTIME_ERROR: "#ef6c00",
+    Status.TIMEOUT: "#f9a825",
+    Status.COMPILE_ERROR: "#1565c0",
+    Status.STATIC_CHECK_FAILED: "#00838f",
+    Status.FORMAT_ERROR: "#757575",
+}
+
+
+def report_plots(results: list[EvalResult], path: Path) -> Path:
+    """One PNG: the verdicts per level as stacked bars (drawn whenever there are results), and beside it a
+    histogram of log2 speedups of correct, timed results when there are any (a GPU run)."""
     import math
 
     import matplotlib
@@ -91,14 +110,41 @@ def speedup_histogram(results: list[EvalResult], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist([math.log2(s) for s in speedups], bins=min(30, max(5, len(speedups))), color="#4472c4")
-    ax.axvline(0.0, color="k", lw=1)
-    ax.set_xlabel("log2(speedup over eager PyTorch)")
-    ax.set_ylabel("correct candidates")
-    ax.set_title(f"{len(speedups)} correct candidates")
+    speedups = [r.speedup for r in results if r.correct and r.speedup]
+    fig, axes = plt.subplots(1, 2 if speedups else 1, figsize=(11 if speedups else 6, 3.8), squeeze=False)
+    _verdict_bars(axes[0][0], results)
+    if speedups:
+        ax = axes[0][1]
+        ax.hist([math.log2(s) for s in speedups], bins=min(30, max(5, len(speedups))), color="#4472c4")
+        ax.axvline(0.0, color="k", lw=1)
+        ax.set_xlabel("log2(speedup over eager PyTorch)")
+        ax.set_ylabel("correct candidates")
+        ax.set_title(f"speedups of {len(speedups)} correct, timed candidates")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def verdict_counts(results: list[EvalResult]) -> dict[int, Counter]:
+    """Level → how many results had each status."""
+    by_level: dict[int, Counter] = {}
+    for r in results:
+        by_level.setdefault(r.level, Counter())[r.status] += 1
+    return dict(sorted(by_level.items()))
+
+
+def _verdict_bars(ax, results: list[EvalResult]) -> None:
+    counts = verdict_counts(results)
+    labels = [f"level {level}" for level in counts]
+    bottom = [0] * len(counts)
+    for status in Status:
+        heights = [c[status] for c in counts.values()]
+        if any(heights):
+            color = STATUS_COLORS.get(status)
+            ax.bar(labels, heights, bottom=bottom, label=status.value, color=color)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylabel("candidates")
+    ax.set_title(f"verdicts of {len(results)} candidates")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -157,12 +157,11 @@ def test_eval_and_report(plugins, tmp_path, capsys):
     assert "2 result(s) already in" in capsys.readouterr().err
     assert sum(json.loads(line)["type"] == "result" for line in out.read_text().splitlines()) == 2
 
-    # report on untimed (CPU) results: a table, and no histogram
+    # report on untimed (CPU) results: a table, and the verdicts per level (no speedup histogram)
     assert main(["report", str(out)]) == 0
     report = capsys.readouterr().out
     assert "kzcore scores" in report and "correct" in report
-    assert "no speedup histogram" in report
-    assert not out.with_suffix(".speedups.png").exists()
+    assert f"plots: {out.with_suffix('.plots.png')} (verdicts per level)" in " ".join(report.split())
 
 
 def test_report_writes_histogram_for_timed_results(tmp_path, capsys, wide):
@@ -183,8 +182,8 @@ def test_report_writes_histogram_for_timed_results(tmp_path, capsys, wide):
     path = write_results(tmp_path / "timed.jsonl", timed)
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
-    png = path.with_suffix(".speedups.png")
-    assert f"speedup histogram: {png}" in out
+    png = path.with_suffix(".plots.png")
+    assert f"plots: {png} (verdicts per level, speedup histogram)" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     custom = tmp_path / "plots" / "h.png"
     assert main(["report", str(path), "--plot", str(custom)]) == 0

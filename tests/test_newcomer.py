@@ -1,0 +1,325 @@
+"""Issue 19, "a newcomer's day with kz": each rough edge a first user hit, as `kz` run in a subprocess (exit
+code and the one line it prints) or, for the help texts and the trainer config, through the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import typing
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kzcore.cli import build_parser, quiet_known_warnings
+from kzcore.jsonl import read_jsonl
+from kzcore.report import verdict_counts
+from kzcore.results import ResultsWriter
+from kzcore.train.config import ConfigError, TrainConfig, check_device, load_config
+from kzcore.types import EvalResult, Status
+
+SUITE = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+KZ = Path(sys.executable).with_name("kz")
+
+
+def kz_env(**env: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KZ_")}  # installed entry points load
+    environ.update(COLUMNS="250", PYTHONIOENCODING="utf-8", HF_HUB_OFFLINE="1", KZ_TEST_PLUGINS="1")
+    environ.update(env)
+    return environ
+
+
+def kz(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(KZ), *args], capture_output=True, text=True, env=kz_env(**env), timeout=120)
+
+
+def error_line(proc: subprocess.CompletedProcess, prefix: str = "kz: error: ") -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {proc.stderr!r}"
+    assert lines[0].startswith(prefix), lines[0]
+    return lines[0]
+
+
+def problem_dir(tmp_path: Path, names=("1_ReLU", "3_Sigmoid", "5_Softplus")) -> Path:
+    level1 = tmp_path / "problems" / "level1"
+    level1.mkdir(parents=True)
+    for name in names:
+        shutil.copy(SUITE / "level1" / f"{name}.py", level1)
+    return level1.parent
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 2: the trainer's config is checked before the first phase
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_train_rejects_a_wrong_type_before_any_phase(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[sft]\nmax_steps = "ten"\n')
+    proc = kz("train", "--config", str(config), "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 1
+    assert error_line(proc).endswith("[sft] max_steps must be an integer, got 'ten'")
+    assert not (tmp_path / "run").exists()  # nothing ran
+
+
+WRONG = {bool: "yes", int: "ten", float: "fast", str: 5}
+
+
+def scalar_keys():
+    """(section, key, type) for every scalar key of every section, read from the classes, so a key another
+    change adds is covered too."""
+    for section in attrs.fields(TrainConfig):
+        hints = typing.get_type_hints(type(section.default))
+        for field in attrs.fields(type(section.default)):
+            hint = hints[field.name]
+            options = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+            if len(options) == 1 and options[0] in WRONG:
+                yield section.name, field.name, options[0]
+
+
+def test_every_scalar_key_of_every_section_is_type_checked(tmp_path):
+    keys = list(scalar_keys())
+    assert len(keys) > 40 and ("sft", "use_cpu", bool) in keys and ("coder", "max_steps", int) in keys
+    config = tmp_path / "c.toml"
+    for section, key, kind in keys:
+        config.write_text(f"[{section}]\n{key} = {json.dumps(WRONG[kind])}\n")
+        with pytest.raises(ConfigError, match=rf"\[{section}\] {key} must be "):
+            load_config(config)
+    config.write_text('[heldout]\nk = [1, "2"]\n')
+    with pytest.raises(ConfigError, match=r"\[heldout\] k must be a list of an integer"):
+        load_config(config)
+    config.write_text('[problems]\nheldout = "builtin:1"\n[sft]\nlearning_rate = 1\n')  # converter; int for float
+    assert load_config(config).problems.heldout == ("builtin:1",)
+
+
+def test_device_check_names_the_section_to_fix():
+    config = attrs.evolve(TrainConfig(), sft=attrs.evolve(TrainConfig().sft, use_cpu=True))
+    check_device(config, cuda_available=True)
+    with pytest.raises(ConfigError, match=r"^\[coder\] use_cpu = false, .*set use_cpu = true in \[coder\]"):
+        check_device(config, cuda_available=False)
+    sections = [f.name for f in attrs.fields(TrainConfig) if hasattr(getattr(config, f.name), "use_cpu")]
+    assert {"sft", "coder", "proposer_grpo"} <= set(sections)
+    on_cpu = {name: attrs.evolve(getattr(config, name), use_cpu=True) for name in sections}
+    check_device(attrs.evolve(config, **on_cpu), cuda_available=False)
+
+
+def test_train_on_a_cpu_machine_with_use_cpu_false(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    config = tmp_path / "gpu.toml"
+    config.write_text("[sft]\nuse_cpu = true\n[coder]\nuse_cpu = false\n[proposer_grpo]\nuse_cpu = true\n")
+    proc = kz("train", "--config", str(config), "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 1
+    assert "[coder] use_cpu = false" in error_line(proc) and "set use_cpu = true" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 3: Ctrl-C ends every command the same way: exit 130, one line, resumable
+# ----------------------------------------------------------------------------------------------------
+
+
+def interrupt_when(args: list[str], ready) -> subprocess.CompletedProcess:
+    """Start `kz ARGS`, wait until ``ready()``, send SIGINT as a terminal's Ctrl-C would, collect the exit."""
+    proc = subprocess.Popen([str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env())
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "kz never got to the point to interrupt"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def interrupted_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("kz: interrupted: ")
+    return lines[-1]
+
+
+def test_ctrl_c_while_eval_samples_from_a_policy(tmp_path):
+    completions, out = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    args = ["eval", "--problems", str(problem_dir(tmp_path)), "--language", "python", "--batch-size", "1"]
+    args += ["--out", str(out), "--completions", str(completions), "--trials", "1", "--workers", "1"]
+    # the first batch comes back at once, the next one takes a minute: SIGINT lands mid-sampling
+    proc = interrupt_when([*args, "--policy", "pylang-echo:60"], lambda: len(read_jsonl(completions)) >= 1)
+    line = interrupted_line(proc)
+    assert f"completions so far are in {completions}; run the same command again to resume" in line
+    assert len(read_jsonl(completions)) == 1 and not out.exists()
+    resumed = kz(*args, "--policy", "pylang-echo")
+    assert resumed.returncode == 0, resumed.stderr
+    names = [row["problem"] for row in read_jsonl(completions)]
+    assert sorted(names) == ["1_ReLU", "3_Sigmoid", "5_Softplus"]  # none asked twice
+
+
+SLOW_CANDIDATE = """import time
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        time.sleep(120)
+
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+
+def test_ctrl_c_while_eval_evaluates(tmp_path):
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    (solutions / "1_ReLU.py").write_text(SLOW_CANDIDATE)
+    out = tmp_path / "r.jsonl"
+    args = ["eval", "--problems", str(problem_dir(tmp_path, ["1_ReLU"])), "--solutions", str(solutions)]
+    args += ["--language", "python", "--out", str(out), "--workers", "1"]
+    started = time.monotonic()
+    proc = interrupt_when(args, lambda: len(read_jsonl(out)) >= 1)  # the run header: workers are up
+    assert f"results so far are in {out}; run the same command again to resume" in interrupted_line(proc)
+    assert time.monotonic() - started < 60  # did not wait for the sleeping candidate
+    assert [row["type"] for row in read_jsonl(out, on_skip=pytest.fail)] == ["run"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 4: kz eval never starts sampling by default
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_eval_without_solutions_or_policy_is_a_usage_error(tmp_path):
+    proc = kz("eval", "--problems", "builtin:1", "--out", str(tmp_path / "r.jsonl"))
+    assert proc.returncode == 2
+    assert "needs --solutions" in error_line(proc) and "--policy" in proc.stderr
+    assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "r.completions.jsonl").exists()
+    both = kz("eval", "--problems", "builtin:1", "--solutions", "builtin", "--policy", "smollm2")
+    assert both.returncode == 2 and "not both" in error_line(both)
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 5: kz report draws the verdicts on a CPU too; it warns about lines it skips
+# ----------------------------------------------------------------------------------------------------
+
+
+def write_results(path: Path, results: list[EvalResult], torn_tail: str = "") -> Path:
+    writer = ResultsWriter(path)
+    writer.write_header({"type": "run"})
+    for r in results:
+        writer.write(r)
+    writer.close()
+    with path.open("a") as f:
+        f.write(torn_tail)
+    return path
+
+
+STATIC = "static check failed:\n- no `@triton.jit` kernel defined\n- torch compute in forward: torch.relu"
+
+
+def test_report_on_cpu_results_draws_verdicts_and_shows_reasons(tmp_path):
+    results = [
+        EvalResult(problem=f"{i}_P", level=1 + i % 2, language="triton", sample=0, status=status, message=msg)
+        for i, (status, msg) in enumerate(
+            [(Status.CORRECT, "")] * 3 + [(Status.STATIC_CHECK_FAILED, STATIC)] * 24 + [(Status.TIMEOUT, "slow")]
+        )
+    ]
+    path = write_results(tmp_path / "r.jsonl", results, torn_tail='{"type": "result", "probl')
+    proc = kz("report", str(path))
+    assert proc.returncode == 0, proc.stderr
+    plots = tmp_path / "r.plots.png"
+    assert plots.stat().st_size > 5000 and f"plots: {plots} (verdicts per level)" in proc.stdout
+    assert "static check failed: no `@triton.jit` kernel defined; torch compute in forward: torch.relu" in proc.stdout
+    assert "5 more not shown" in proc.stdout  # 25 failures, 20 rows
+    assert (
+        error_line(proc, "kz: warning: ")
+        == f"kz: warning: {path}:30: torn last line skipped (25 characters, no newline)"
+    )
+    counts = verdict_counts(results)
+    assert list(counts) == [1, 2] and counts[1][Status.CORRECT] == 2 and counts[2][Status.TIMEOUT] == 1
+    assert sum(counts[1].values()) + sum(counts[2].values()) == len(results)
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 6: help, suites, plugins
+# ----------------------------------------------------------------------------------------------------
+
+
+def parsers(parser: argparse.ArgumentParser, name: str = "kz"):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from parsers(sub, f"{name} {sub_name}")
+
+
+def test_every_option_has_help_and_shows_its_default():
+    seen = 0
+    for name, parser in parsers(build_parser()):
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            seen += 1
+            label = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help, f"{label} has no help text"
+            if action.default is not None and action.nargs != 0 and action.default != []:  # flags are off
+                assert f"(default: {action.default})" in text, f"{label}: default {action.default!r} not shown"
+    assert seen > 90
+
+
+def test_language_default_is_in_eval_help():
+    proc = kz("eval", "--help")
+    assert proc.returncode == 0
+    assert "(default: triton)" in " ".join(proc.stdout.split())
+
+
+def test_suite_show_of_a_missing_level(tmp_path):
+    proc = kz("suite", "show", "builtin:9")
+    assert proc.returncode == 1
+    assert error_line(proc) == "kz: error: suite 'builtin' has no level 9; its levels: 1, 2"
+
+
+def test_suite_show_lists_every_size_profile():
+    proc = kz("suite", "show", "builtin:1")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split("│")[2].strip(): line.split("│")[3].strip() for line in proc.stdout.splitlines() if "│" in line}
+    assert rows["19_Matmul"] == "full, small, alt"
+    source = (SUITE / "level1" / "19_Matmul.py").read_text()
+    assert '"alt"' in source
+
+
+def test_the_test_language_is_not_in_a_normal_install():
+    normal = kz("plugins", KZ_TEST_PLUGINS="")
+    assert normal.returncode == 0, normal.stderr
+    assert "pylang" not in normal.stdout and "language python" not in normal.stdout
+    assert "language triton" in normal.stdout
+    testing = kz("plugins")
+    assert "pylang" in testing.stdout and "language python" in testing.stdout
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 7: warnings our code triggers knowingly are filtered, narrowly
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_known_warnings_are_filtered_and_others_still_show():
+    def warn(message: str, module: str, category=FutureWarning):
+        warnings.warn_explicit(message, category, "x.py", 1, module=module, registry={})
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        warn("`gradient_checkpointing` is deprecated and will be removed in v6.", "transformers.training_args")
+        warn("`gradient_checkpointing` is deprecated and will be removed in v6.", "somewhere.else")
+        warn("`other_arg` is deprecated and will be removed in v6.", "transformers.training_args")
+    assert [str(w.message).split("`")[1] for w in caught] == ["gradient_checkpointing", "other_arg"]
