@@ -274,11 +274,14 @@ class PromptSection:
 
 @attrs.frozen
 class Phase:
-    """One phase of the alternating trainer: ``role`` is "distill", "sft", "proposer" or "coder"."""
+    """One phase of the alternating trainer: ``role`` is "distill", "sft", "proposer" or "coder". A ``frozen``
+    Proposer phase proposes its ``steps`` batches of tasks with the Proposer as it is, without training it
+    (the method's frozen-Proposer ablation)."""
 
     role: str
     round: int
     steps: int
+    frozen: bool = False
 
 
 def to_json(obj: Any) -> dict:

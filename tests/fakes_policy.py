@@ -31,3 +31,21 @@ class ScriptedPolicy:
 @hookimpl
 def kz_register_policies(register):
     register("scripted", lambda arg: ScriptedPolicy())
+
+
+PROMPTS = []
+
+
+class RecordingPolicy(ScriptedPolicy):
+    """The scripted policy that also keeps every prompt it was asked (``PROMPTS``), for prompt-identity tests."""
+
+    name = "recording"
+
+    def generate(self, prompts, params):
+        PROMPTS.extend(prompts)
+        return super().generate(prompts, params)
+
+
+@hookimpl(specname="kz_register_policies")
+def register_recording(register):
+    register("recording", lambda arg: RecordingPolicy())

@@ -24,7 +24,10 @@ def test_phases_alternate_with_configured_steps():
 
 def test_freeze_proposer_after_round():
     phases = Schedule(rounds=3, proposer_steps=5, coder_steps=5, cold_start=False, freeze_proposer_after=1).phases()
-    assert [(p.role, p.round) for p in phases] == [("proposer", 1), ("coder", 1), ("coder", 2), ("coder", 3)]
+    assert [(p.role, p.round, p.frozen) for p in phases] == [
+        ("proposer", 1, False), ("coder", 1, False), ("proposer", 2, True), ("coder", 2, False),
+        ("proposer", 3, True), ("coder", 3, False),
+    ]  # fmt: skip
 
 
 def test_run_schedule_fires_hooks_in_order(plugins, tmp_path):

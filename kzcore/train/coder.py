@@ -5,9 +5,11 @@ gathers the verdicts of every process and pays per complete group (kzcore.train.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -15,7 +17,7 @@ import attrs
 from kzcore.errors import KzError
 from kzcore.evaluate.runner import map_prepared
 from kzcore.prompts import build_prompt
-from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, distributed_ca_grpo_rewards
+from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, gather_verdicts
 from kzcore.types import Candidate, EvalJob, Problem
 
 
@@ -47,7 +49,9 @@ def completion_text(completion) -> str:
 
 class CoderReward:
     """A TRL reward function: completions → evaluator verdicts → CA-GRPO rewards. Appends one JSON line of
-    statistics per call to ``log_path``."""
+    statistics per call to ``log_path`` and tallies each task's verdicts over the phase (``tally``: task key →
+    [correct, samples], over every process's completions) — the Coder's measured pass rate on the tasks it
+    trained on, which the trainer feeds back to the Proposer."""
 
     def __init__(
         self, problems: list[Problem], language: str, pool, eval_config, ca_config: CAGRPOConfig, log_path: Path
@@ -57,9 +61,14 @@ class CoderReward:
         self.language, self.pool, self.eval_config, self.ca_config = language, pool, eval_config, ca_config
         self.log_path = log_path
         self.calls = 0
+        self.tally: dict[str, list[int]] = {}
 
-    def __call__(self, prompts, completions, problem, level, trainer_state=None, log_metric=None, **kwargs):
+    def __call__(
+        self, prompts, completions, problem, level, task_id=None, trainer_state=None, log_metric=None, **kwargs
+    ):
         t0 = time.perf_counter()
+        if task_id is None:  # a dataset without per-prompt ids: one prompt per problem
+            task_id = [f"{lvl}/{name}" for name, lvl in zip(problem, level)]
         jobs = []
         for i, (name, lvl, completion) in enumerate(zip(problem, level, completions)):
             cand = Candidate(
@@ -68,18 +77,29 @@ class CoderReward:
             jobs.append(EvalJob(problem=self.by_key[(lvl, name)], candidate=cand, config=self.eval_config))
         by_sample = {r.sample: r for r in map_prepared(self.pool, jobs)}
         results = [by_sample[i] for i in range(len(jobs))]
-        # groups are the completions of one prompt in this generation batch; every process counts calls alike
-        verdicts = [Verdict(f"{self.calls}:{r.level}/{r.problem}", r.status, r.speedup) for r in results]
-        rewards = distributed_ca_grpo_rewards(verdicts, self.ca_config)
+        # A group is the completions of one prompt (per-prompt id, not per problem: two prompts of one problem
+        # in a batch are two groups) in this call; every process counts calls alike.
+        verdicts = [Verdict(f"{self.calls}:{tid}", r.status, r.speedup) for tid, r in zip(task_id, results)]
+        everything, start = gather_verdicts(verdicts)
+        rewards = ca_grpo_rewards(everything, self.ca_config)[start : start + len(verdicts)]
+        keys = dict(zip(task_id, (f"{r.level}/{r.problem}" for r in results)))
+        self._tally(everything, _gather_keys(keys))
         eval_s = time.perf_counter() - t0
-        self._log(results, rewards, eval_s, trainer_state, log_metric)
+        self._log(results, verdicts, rewards, eval_s, trainer_state, log_metric)
         self.calls += 1
         return rewards
 
-    def _log(self, results, rewards, eval_s, trainer_state, log_metric) -> None:
+    def _tally(self, verdicts: list[Verdict], task_keys: dict[str, str]) -> None:
+        for v in verdicts:
+            key = task_keys[v.group.split(":", 1)[1]]
+            counts = self.tally.setdefault(key, [0, 0])
+            counts[0] += v.correct
+            counts[1] += 1
+
+    def _log(self, results, verdicts, rewards, eval_s, trainer_state, log_metric) -> None:
         groups = collections.defaultdict(list)
-        for r in results:
-            groups[(r.level, r.problem)].append(r.correct)
+        for v, r in zip(verdicts, rewards):
+            groups[v.group].append((v.correct, r))
         speedups = [r.speedup for r in results if r.correct and r.speedup]
         row = {
             "call": self.calls,
@@ -87,7 +107,9 @@ class CoderReward:
             "reward_mean": statistics.fmean(rewards),
             "reward_std": statistics.pstdev(rewards),
             "correct_rate": sum(r.correct for r in results) / len(results),
-            "group_correct_rates": [sum(g) / len(g) for g in groups.values()],
+            "group_correct_rates": [sum(c for c, _ in g) / len(g) for g in groups.values()],
+            # groups (this process's share of each) whose rewards are all equal: no gradient from them
+            "frac_groups_zero_std": sum(len({r for _, r in g}) == 1 for g in groups.values()) / len(groups),
             "statuses": dict(collections.Counter(r.status.value for r in results)),
             "speedup_geomean": statistics.geometric_mean(speedups) if speedups else None,
             "eval_seconds": round(eval_s, 3),
@@ -99,11 +121,27 @@ class CoderReward:
             log_metric("kz/eval_seconds", row["eval_seconds"])
 
 
-def task_dataset(problems: list[Problem], language: str, template: str, pm=None):
+def _gather_keys(local: dict[str, str]) -> dict[str, str]:
+    """Every process's task id → task key map, merged (task ids are dataset rows, the same on every rank)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    gathered: list[dict[str, str]] = [None] * dist.get_world_size()  # type: ignore[list-item]
+    dist.all_gather_object(gathered, local)
+    return {k: v for part in gathered for k, v in part.items()}
+
+
+def task_dataset(problems: list[Problem], prompt_for: Callable[[Problem], list[dict]]):
+    """One row per Coder prompt, in order: the chat from ``prompt_for`` (the trainer's one Coder-prompt
+    function), the problem's name and level, and a per-row ``task_id`` that keys its CA-GRPO group."""
     from datasets import Dataset
 
     return Dataset.from_list(
-        [{"prompt": build_prompt(p, language, template, pm=pm), "problem": p.name, "level": p.level} for p in problems]
+        [
+            {"prompt": prompt_for(p), "problem": p.name, "level": p.level, "task_id": str(i)}
+            for i, p in enumerate(problems)
+        ]
     )
 
 
@@ -147,22 +185,39 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
     trainer.save_model(str(output_dir))
     trainer.processing_class.save_pretrained(str(output_dir))
     logs = [h for h in trainer.state.log_history if "reward" in h]
+
+    def mean(key: str) -> float:
+        values = [h[key] for h in logs if h.get(key) is not None]
+        return statistics.fmean(values) if values else float("nan")
+
     return {
         "steps": trainer.state.global_step,
-        "reward_mean": statistics.fmean(h["reward"] for h in logs) if logs else float("nan"),
+        "reward_mean": mean("reward"),
+        "reward_std": mean("reward_std"),
+        # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)
+        "frac_reward_zero_std": mean("frac_reward_zero_std"),
         "train_seconds": round(seconds, 3),
     }
 
 
 def run_coder_phase(
     model: str, problems: list[Problem], language: str, output_dir: Path, settings: GRPOSettings, pool, eval_config,
-    ca_config: CAGRPOConfig = CAGRPOConfig(), template: str = "kernelbench", pm=None,
+    ca_config: CAGRPOConfig = CAGRPOConfig(), prompt_for: Callable[[Problem], list[dict]] | None = None, pm=None,
 ) -> dict:  # fmt: skip
-    """GRPO the Coder at ``model`` on ``problems``; the checkpoint lands in ``output_dir``."""
+    """GRPO the Coder at ``model`` on ``problems`` (one prompt each, in order); the checkpoint lands in
+    ``output_dir``, with ``tasks.jsonl`` (the prompts trained on) and ``pass_rates.json`` (each task's
+    [correct, samples] over the phase). ``prompt_for`` builds the Coder prompt (default: the kernelbench
+    template)."""
     output_dir.mkdir(parents=True, exist_ok=True)
+    if prompt_for is None:
+        prompt_for = functools.partial(build_prompt, language=language, template="kernelbench", pm=pm)
     reward = CoderReward(problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl")
-    metrics = run_grpo(model, task_dataset(problems, language, template, pm), [reward], settings, output_dir)
+    dataset = task_dataset(problems, prompt_for)
+    dataset.to_json(str(output_dir / "tasks.jsonl"))
+    metrics = run_grpo(model, dataset, [reward], settings, output_dir)
+    (output_dir / "pass_rates.json").write_text(json.dumps(reward.tally, indent=1))
     rows = [json.loads(x) for x in (output_dir / "rewards.jsonl").read_text().splitlines()]
     metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0
+    metrics["frac_groups_zero_std"] = statistics.fmean(r["frac_groups_zero_std"] for r in rows) if rows else 1.0
     metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)
     return metrics

@@ -4,6 +4,8 @@ are errors (a typo must not silently fall back to a default). docs/training.md l
 from __future__ import annotations
 
 import sys
+import types
+import typing
 from pathlib import Path
 
 import attrs
@@ -25,10 +27,16 @@ class ConfigError(KzError):
     pass
 
 
+KEEP_CHECKPOINTS = ("all", "last-best")
+
+
 @attrs.frozen
 class RunSection:
     dir: str = "runs/train"
     seed: int = 0
+    # "last-best": after each phase keep only the checkpoints a later phase can start from (the newest of each
+    # role) and the one with the best held-out pass@1; "all": keep every phase's model.
+    keep_checkpoints: str = attrs.field(default="last-best", validator=attrs.validators.in_(KEEP_CHECKPOINTS))
 
 
 @attrs.frozen
@@ -46,11 +54,19 @@ class PluginsSection:
     load: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # extra importable plugin specs
 
 
+def _specs(value) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,) if value else ()
+    return tuple(value)
+
+
 @attrs.frozen
 class ProblemsSection:
     coldstart: str = "builtin"  # problems the teacher solves for distillation
     tasks: str = "builtin"  # the initial Coder task pool (the Proposer adds to it)
-    heldout: str = ""  # evaluated after every round; never used for training ("" = none)
+    # evaluated after base, SFT and every Coder phase; never used for training. One spec or a list of specs
+    # (e.g. ["builtin:1", "builtin:2"]); "" or [] = none.
+    heldout: tuple[str, ...] = attrs.field(default=(), converter=_specs)
     heldout_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # keep only these (empty: all)
     exclude_heldout: bool = True
 
@@ -59,12 +75,14 @@ class ProblemsSection:
 class DistillSection:
     teacher: str = "solutions:builtin"  # "solutions:SUITE" or a policy spec
     k: int = 4
-    only_faster: bool = False
-    template: str = "principles"
+    only_faster: bool = False  # the teacher's prompt is the Coder's: [prompts] coder_template
     variants: int = 0  # at most this many verified variant problems (kzcore/train/variants.py); 0: none
     variant_seed: int = 0  # which variants, when there are more than ``variants``
     keep_reasoning: bool = True  # train on the teacher's whole answer; False: only its fenced code
     max_new_tokens: int = 4096  # the teacher's sampling budget per answer
+    # the evaluator's size profile for verifying distillation candidates ("" = [eval] size): correctness is
+    # all distillation needs unless only_faster, so a GPU run can verify at "small" in a fraction of the time
+    eval_size: str = ""
 
 
 @attrs.frozen
@@ -77,9 +95,34 @@ class ProposerSection:
 
 
 @attrs.frozen
+class PromptsSection:
+    # The Coder's prompt template, the same in SFT data, RL, pass-rate sampling and held-out evaluation
+    # (Trainer.coder_prompt is the one place that builds it).
+    coder_template: str = "principles"
+
+
+def _share(instance, attribute, value) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{attribute.name} must lie in [0, 1], got {value!r}")
+
+
+@attrs.frozen
+class TaskMixSection:
+    """Where a Coder phase's RL prompts come from. The rest after ``older`` and ``builtin`` is the Proposer's
+    newest accepted batch (the method's default: the new batch only)."""
+
+    older: float = attrs.field(default=0.0, validator=_share)  # share from earlier rounds' accepted pool tasks
+    builtin: float = attrs.field(default=0.0, validator=_share)  # share from [problems] tasks
+
+    def __attrs_post_init__(self):
+        if self.older + self.builtin > 1.0:
+            raise ValueError(f"older + builtin shares exceed 1 ({self.older} + {self.builtin})")
+
+
+@attrs.frozen
 class HeldoutSection:
     n: int = 4
-    k: tuple[int, ...] = attrs.field(default=(1,), converter=tuple)
+    k: tuple[int, ...] = attrs.field(default=(1, 10), converter=tuple)  # pass@k for each k <= n
     max_new_tokens: int = 1024
     temperature: float = 0.7
 
@@ -92,6 +135,8 @@ class TrainConfig:
     problems: ProblemsSection = ProblemsSection()
     schedule: Schedule = Schedule()
     distill: DistillSection = DistillSection()
+    prompts: PromptsSection = PromptsSection()
+    task_mix: TaskMixSection = TaskMixSection()
     sft: SFTSettings = SFTSettings()
     coder: GRPOSettings = GRPOSettings()
     ca_grpo: CAGRPOConfig = CAGRPOConfig()
@@ -106,26 +151,144 @@ def _build(cls, data: dict, where: str):
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+    hints = _type_hints(cls)
     kwargs = {}
     for name, value in data.items():
         field = fields[name]
-        if isinstance(value, dict) and attrs.has(type(field.default)):
-            kwargs[name] = _build(type(field.default), value, f"{where}.{name}" if where else name)
-        elif isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
+        key = f"{where}.{name}" if where else name
+        if attrs.has(type(field.default)):
+            if not isinstance(value, dict):
+                raise ConfigError(f"[{key}] must be a table of keys, got {value!r}")
+            kwargs[name] = _build(type(field.default), value, key)
+            continue
+        value = tuple(value) if isinstance(value, list) else value
+        _check_type(field, hints.get(name, _default_type(field)), value, where)
+        kwargs[name] = value
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"[{where or 'config'}]: {exc}") from None
 
 
-def load_config(path: Path) -> TrainConfig:
+# ----------------------------------------------------------------------------------------------------
+# Up-front validation: types from each section class's annotations (or its default's type when a field has
+# none), so a key added to any section is checked without touching this code; and the device.
+# ----------------------------------------------------------------------------------------------------
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _type_hints(cls) -> dict:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that cannot be resolved: fall back to the defaults' types
+        return {}
+
+
+def _default_type(field):
+    default = field.default
+    return type(default) if isinstance(default, (bool, int, float, str)) else None
+
+
+def _matches(value, hint) -> bool:
+    """Whether a TOML value fits an annotation; annotations this does not understand accept anything."""
+    if hint is None or hint is typing.Any:
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return not args or (len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args)))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def _describe(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_describe(args[0])}" if args else "a list"
+    return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _check_type(field, hint, value, where: str) -> None:
+    if _matches(value, hint):
+        return
+    if field.converter is not None:  # a converter may accept other spellings (e.g. one spec for a list)
+        try:
+            if _matches(field.converter(value), hint):
+                return
+        except (TypeError, ValueError):
+            pass
+    raise ConfigError(f"[{where or 'config'}] {field.name} must be {_describe(hint)}, got {value!r}")
+
+
+def check_device(config: TrainConfig, cuda_available: bool | None = None) -> None:
+    """Refuse, before any phase runs, a section that would train on a GPU (``use_cpu = false``) on a machine
+    without CUDA. Every section with a ``use_cpu`` key is checked, whether or not the schedule uses it."""
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if cuda_available:
+        return
+    for field in attrs.fields(type(config)):
+        section = getattr(config, field.name)
+        if getattr(section, "use_cpu", True) is False:
+            raise ConfigError(
+                f"[{field.name}] use_cpu = false, but this machine has no CUDA GPU: "
+                f"set use_cpu = true in [{field.name}] or run on a GPU"
+            )
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The TOML at ``path``; a top-level ``extends = "OTHER.toml"`` (relative to this file) is read first and
+    this file's tables are merged over it key by key (an ablation config states only what it changes)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    return _build(TrainConfig, data, "")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends must be a path string, got {parent!r}")
+    base_path = (path.parent / parent).resolve()
+    if base_path in seen:
+        raise ConfigError(f"{path}: extends {parent!r} goes round in a circle")
+    base = _read_toml(base_path, (*seen, path.resolve()))
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def load_config(path: Path) -> TrainConfig:
+    data = _read_toml(Path(path))
+    try:
+        return _build(TrainConfig, data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

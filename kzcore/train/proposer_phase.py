@@ -49,8 +49,11 @@ class ProposerReward:
         max_new_tokens: int,
         pool_path: Path,
         log_path: Path,
+        prompt_for=None,
     ):
         self.__name__ = "frontier"
+        # the Coder's prompt, built as in every other phase (Trainer.coder_prompt)
+        self.prompt_for = prompt_for or functools.partial(build_prompt, language=language)
         self.run, self.chats, self.coder, self.language = run, chats, coder, language
         self.pool, self.eval_config, self.settings, self.k = pool, eval_config, settings, k
         self.max_new_tokens, self.pool_path, self.log_path = max_new_tokens, pool_path, log_path
@@ -79,7 +82,7 @@ class ProposerReward:
         if not accepted:
             return records
         problems = [r.to_problem() for r in accepted]
-        chats = [build_prompt(p, self.language) for p in problems]
+        chats = [self.prompt_for(p) for p in problems]
         params = SamplingParams(n=self.k, temperature=1.0, max_new_tokens=self.max_new_tokens)
         jobs = []
         for problem, samples in zip(problems, self.coder.generate(chats, params)):
@@ -104,6 +107,39 @@ class ProposerReward:
             f.write(json.dumps(row) + "\n")
         if log_metric is not None:
             log_metric("kz/accepted", float(row["accepted"]))
+
+
+def propose_frozen(trainer, dataset, reward: ProposerReward, settings) -> dict:
+    """A frozen Proposer phase: the Proposer as it is samples ``num_generations`` modules per prompt, which
+    are judged, measured against the current Coder, paid and filed exactly as in a training step, but no
+    weights change and no checkpoint is saved."""
+    policy = trainer.policy_for(trainer.latest_checkpoint("proposer"))
+    params = SamplingParams(
+        n=settings.num_generations, temperature=settings.temperature, top_p=settings.top_p,
+        max_new_tokens=settings.max_completion_length, seed=settings.seed,
+    )  # fmt: skip
+    per_step = max(1, settings.batch_size // settings.num_generations)
+    rewards: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        for start in range(0, len(dataset), per_step):
+            rows = dataset[start : start + per_step]
+            outputs = policy.generate(rows["prompt"], params)
+            completions = [c.text for sampled in outputs for c in sampled]
+            repeat = [i for i in range(len(outputs)) for _ in range(settings.num_generations)]
+            rewards += reward(
+                prompts=[rows["prompt"][i] for i in repeat], completions=completions,
+                apis=[rows["apis"][i] for i in repeat], chat_index=[rows["chat_index"][i] for i in repeat],
+            )  # fmt: skip
+    finally:
+        policy.close()
+    return {
+        "steps": 0,
+        "frozen": True,
+        "batches": -(-len(dataset) // per_step),
+        "reward_mean": statistics.fmean(rewards) if rewards else float("nan"),
+        "train_seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
@@ -133,9 +169,12 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     try:
         reward = ProposerReward(
             run, chats, coder, trainer.language, trainer.pool, cfg.eval, cfg.proposer, cfg.proposer.k,
-            cfg.coder.max_completion_length, trainer.pool_path(), log_path,
+            cfg.coder.max_completion_length, trainer.pool_path(), log_path, prompt_for=trainer.coder_prompt,
         )  # fmt: skip
-        metrics = run_grpo(trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model")
+        if phase.frozen:
+            metrics = propose_frozen(trainer, dataset, reward, settings)
+        else:
+            metrics = run_grpo(trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model")
     finally:
         coder.close()
     rows = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []

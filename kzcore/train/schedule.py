@@ -26,16 +26,29 @@ class Schedule:
     proposer_steps: int = attrs.field(default=20, validator=attrs.validators.ge(0))
     coder_steps: int = attrs.field(default=20, validator=attrs.validators.ge(0))
     cold_start: bool = True
-    freeze_proposer_after: int | None = None  # rounds after which Proposer steps stop (the paper's ablation)
+    # The frozen-Proposer ablation, in rounds or in Proposer steps (the method freezes at step 40): Proposer
+    # training stops after this many rounds / once this many Proposer steps have trained (a phase is cut short
+    # to end exactly there); later rounds' Proposer phases still propose tasks, with the frozen Proposer.
+    # None: never frozen.
+    freeze_proposer_after: int | None = None
+    freeze_proposer_at_step: int | None = None
 
     def phases(self) -> list[Phase]:
         out = []
         if self.cold_start:
             out += [Phase("distill", 0, 0), Phase("sft", 0, 0)]
+        trained = 0
         for r in range(1, self.rounds + 1):
-            frozen = self.freeze_proposer_after is not None and r > self.freeze_proposer_after
-            if self.proposer_steps and not frozen:
-                out.append(Phase("proposer", r, self.proposer_steps))
+            steps = self.proposer_steps
+            if self.freeze_proposer_after is not None and r > self.freeze_proposer_after:
+                steps = 0
+            if self.freeze_proposer_at_step is not None:
+                steps = min(steps, max(0, self.freeze_proposer_at_step - trained))
+            if steps:
+                out.append(Phase("proposer", r, steps))
+                trained += steps
+            elif self.proposer_steps:
+                out.append(Phase("proposer", r, self.proposer_steps, frozen=True))
             if self.coder_steps:
                 out.append(Phase("coder", r, self.coder_steps))
         return out

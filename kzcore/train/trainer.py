@@ -1,13 +1,17 @@
 """The alternating trainer (`kz train`): cold-start distillation and SFT, then rounds of Proposer GRPO
-(frontier reward) and Coder GRPO (CA-GRPO), with a held-out evaluation and plots after every round.
+(frontier reward) and Coder GRPO (CA-GRPO), with a held-out evaluation and plots after every Coder phase.
 
 Each phase trains from the latest checkpoint and saves its own under ``RUN/phases/<id>/model``; the
-schedule records finished phases, so a killed run resumes at the first unfinished one."""
+schedule records finished phases, so a killed run resumes at the first unfinished one. After each Coder
+phase the pass rates it measured on its tasks go back into the task pool (the Proposer's frontier and API-set
+weighting read them) and into ``RUN/task_rates.jsonl``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -15,8 +19,9 @@ import attrs
 
 from kzcore.errors import KzError
 from kzcore.plugins import executors, get_plugin_manager, plugin_specs
-from kzcore.policy import SamplingParams, load_policy
+from kzcore.policy import SamplingParams, load_policy, parse_policy_spec
 from kzcore.problems import load_problems
+from kzcore.prompts import build_prompt
 from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import TrainConfig
@@ -25,12 +30,18 @@ from kzcore.train.schedule import phase_id, read_state, run_schedule
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
+TASK_RATES = "task_rates.jsonl"
+
 
 def resolve_checkpoint(spec: str, pm=None) -> str:
-    """A trainable checkpoint directory for a model spec: a directory as is, else the ``checkpoint`` a
-    policy built from the spec exposes (``smollm2`` converts its GGUF once and returns the directory)."""
+    """A trainable checkpoint directory for a model spec: a directory as is (also as ``hf:DIR``), else the
+    ``checkpoint`` a policy built from the spec exposes (``smollm2`` converts its GGUF once and returns the
+    directory)."""
     if Path(spec).is_dir():
         return str(Path(spec))
+    name, arg = parse_policy_spec(spec)
+    if name == "hf" and arg and (Path(arg) / "config.json").is_file():
+        return str(Path(arg))
     policy = load_policy(spec, pm=pm)
     try:
         path = getattr(policy, "checkpoint", None)
@@ -41,6 +52,10 @@ def resolve_checkpoint(spec: str, pm=None) -> str:
     return str(path)
 
 
+def _load_all(specs, pm) -> list[Problem]:
+    return [p for spec in specs for p in load_problems(spec, pm=pm)]
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, pm=None, log=print):
         self.config = config
@@ -49,7 +64,7 @@ class Trainer:
         self.run_dir = Path(config.run.dir)
         self.language = config.plugins.languages[0]
         self._pool = None
-        heldout = load_problems(config.problems.heldout, pm=self.pm) if config.problems.heldout else []
+        heldout = _load_all(config.problems.heldout, self.pm)
         if config.problems.heldout_names:
             heldout = [p for p in heldout if p.name in config.problems.heldout_names]
         self.heldout = heldout
@@ -75,6 +90,12 @@ class Trainer:
                 self._pool.start()
         return self._pool
 
+    def coder_prompt(self, problem: Problem, language: str | None = None) -> list[dict[str, str]]:
+        """The Coder's prompt for ``problem``: the one function behind SFT data, RL, the Proposer's pass-rate
+        sampling and held-out evaluation (``[prompts] coder_template``)."""
+        template = self.config.prompts.coder_template
+        return build_prompt(problem, language or self.language, template, pm=self.pm)
+
     def latest_checkpoint(self, role: str) -> str:
         """The newest saved model for ``role`` ("coder" or "proposer"); with one model in two roles, the
         newest of any phase. Falls back to the base checkpoint."""
@@ -87,8 +108,10 @@ class Trainer:
         return self.base if role == "coder" or shared else self.proposer_base
 
     def policy_for(self, checkpoint: str | Path):
-        """A policy sampling ``checkpoint`` through the configured generation backend."""
-        return load_policy(f"{self.config.plugins.generation}:{checkpoint}", pm=self.pm)
+        """A policy sampling ``checkpoint`` through the configured generation backend; ``[plugins]
+        generation = "hf?batch_size=64"`` passes the options after ``?`` on (``hf:CHECKPOINT?batch_size=64``)."""
+        backend, _, options = self.config.plugins.generation.partition("?")
+        return load_policy(f"{backend}:{checkpoint}" + (f"?{options}" if options else ""), pm=self.pm)
 
     def pool_path(self) -> Path:
         return self.run_dir / "pool.jsonl"
@@ -99,10 +122,11 @@ class Trainer:
         kind, _, arg = cfg.teacher.partition(":")
         teacher = None if kind == "solutions" else load_policy(cfg.teacher, pm=self.pm)
         try:
+            eval_config = attrs.evolve(self.config.eval, size=cfg.eval_size) if cfg.eval_size else self.config.eval
             summary = distill(
-                self.coldstart, list(self.config.plugins.languages), phase_dir, self.config.eval, teacher=teacher,
+                self.coldstart, list(self.config.plugins.languages), phase_dir, eval_config, teacher=teacher,
                 solutions=arg if kind == "solutions" else None, k=cfg.k, only_faster=cfg.only_faster,
-                template=cfg.template, workers=self.config.plugins.workers,
+                template=self.config.prompts.coder_template, workers=self.config.plugins.workers,
                 variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=[p.name for p in self.heldout],
                 keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
             )  # fmt: skip
@@ -122,11 +146,14 @@ class Trainer:
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
         settings = attrs.evolve(self.config.coder, max_steps=phase.steps)
         per_step = max(1, settings.batch_size // settings.num_generations)
-        tasks = self.frontier_tasks(phase.steps * per_step, seed=self.config.run.seed + phase.round)
+        tasks, sources = self.coder_tasks(phase.steps * per_step, phase.round)
+        self.log(f"phase {phase_id(phase)}: {len(tasks)} prompts ({', '.join(f'{v} {k}' for k, v in sources.items())})")
         metrics = run_coder_phase(
             self.latest_checkpoint("coder"), tasks, self.language, phase_dir / "model", settings, self.pool,
-            self.config.eval, self.config.ca_grpo, pm=self.pm,
+            self.config.eval, self.config.ca_grpo, prompt_for=self.coder_prompt, pm=self.pm,
         )  # fmt: skip
+        metrics["task_sources"] = sources
+        metrics["tasks_measured"] = self.record_pass_rates(phase, phase_dir / "model" / "pass_rates.json")
         metrics.update(self.evaluate_heldout(phase, phase_dir / "model"))
         return metrics
 
@@ -135,24 +162,87 @@ class Trainer:
 
         return run_proposer_phase(self, phase, phase_dir)
 
-    # -- tasks and evaluation ---------------------------------------------------------------------
-    def frontier_tasks(self, count: int, seed: int) -> list[Problem]:
-        """``count`` Coder tasks drawn from the initial tasks and the accepted pool, weighted toward the
-        frontier: weight = 0.1 + frontier_reward(latest pass rate), unmeasured tasks counting as p = 0.5."""
+    # -- tasks and their pass rates ---------------------------------------------------------------
+    def coder_tasks(self, count: int, round: int, seed: int | None = None) -> tuple[list[Problem], dict[str, int]]:
+        """``count`` Coder prompts for round ``round`` and how many came from each source.
+
+        The method's Coder trains on the Proposer's newest accepted batch; ``[task_mix]`` gives shares to
+        earlier rounds' accepted pool tasks (``older``) and to the ``[problems] tasks`` problems (``builtin``).
+        The newest batch is cycled through (each task once before any repeats); the other sources are drawn
+        weighted toward the frontier, weight 0.1 + frontier_reward(latest measured pass rate; unmeasured 0.5).
+        A source with no task gives its share to the newest batch, then older, then built-in tasks."""
         from kzcore.proposer.pool import read_pool
 
-        candidates = [(p, None) for p in self.tasks]
-        if self.pool_path().exists():
-            candidates += [(r.to_problem(), r.latest_pass_rate) for r in read_pool(self.pool_path()) if r.accepted]
-        if not candidates:
-            raise KzError("no Coder tasks: the task problems are empty and the pool holds no accepted module")
-        weights = [0.1 + frontier_reward(0.5 if p is None else p) for _, p in candidates]
-        rng = random.Random(seed)
-        return [candidates[i][0] for i in rng.choices(range(len(candidates)), weights=weights, k=count)]
+        rng = random.Random(self.config.run.seed + round if seed is None else seed)
+        accepted = [r for r in read_pool(self.pool_path()) if r.accepted] if self.pool_path().exists() else []
+        newest = [r for r in accepted if r.provenance.get("round") == round]
+        older = [r for r in accepted if r.provenance.get("round") != round]
+        rates = self.task_rates()
+        sources = {
+            "newest": [(r.to_problem(), r.latest_pass_rate) for r in newest],
+            "older": [(r.to_problem(), r.latest_pass_rate) for r in older],
+            "builtin": [(p, rates.get(f"{p.level}/{p.name}")) for p in self.tasks],
+        }
+        mix = self.config.task_mix
+        want = {"older": round_share(count, mix.older), "builtin": round_share(count, mix.builtin)}
+        want["newest"] = count - want["older"] - want["builtin"]
+        for name in ("older", "builtin", "newest"):  # hand an empty source's share on
+            if want[name] and not sources[name]:
+                heir = next((h for h in ("newest", "older", "builtin") if sources[h]), None)
+                if heir is None:
+                    raise KzError("no Coder tasks: [problems] tasks is empty and the pool holds no accepted module")
+                want[heir] += want.pop(name)
+                want[name] = 0
+        chosen: list[Problem] = []
+        if want["newest"]:
+            batch = [p for p, _ in sources["newest"]]
+            rng.shuffle(batch)
+            chosen += [batch[i % len(batch)] for i in range(want["newest"])]
+        for name in ("older", "builtin"):
+            if want[name]:
+                items = sources[name]
+                weights = [0.1 + frontier_reward(0.5 if p is None else p) for _, p in items]
+                chosen += [items[i][0] for i in rng.choices(range(len(items)), weights=weights, k=want[name])]
+        return chosen, {k: v for k, v in want.items() if v}
 
+    def task_rates(self) -> dict[str, float]:
+        """Each trained-on task's latest measured pass rate (key "level/name") from RUN/task_rates.jsonl."""
+        path = self.run_dir / TASK_RATES
+        if not path.exists():
+            return {}
+        latest: dict[str, tuple[int, float]] = {}
+        for row in (json.loads(x) for x in path.read_text().splitlines() if x.strip()):
+            if row["task"] not in latest or row["round"] >= latest[row["task"]][0]:
+                latest[row["task"]] = (row["round"], row["passed"] / row["k"])
+        return {task: p for task, (_, p) in latest.items()}
+
+    def record_pass_rates(self, phase: Phase, tally_path: Path) -> int:
+        """The Coder phase's verdicts per task (no extra sampling) as the tasks' round-``phase.round`` pass
+        rates: into the task pool for the Proposer's tasks, and into RUN/task_rates.jsonl for all."""
+        from kzcore.proposer.pool import record_pass_rates
+
+        tally = json.loads(tally_path.read_text()) if tally_path.exists() else {}
+        if not tally:
+            return 0
+        with (self.run_dir / TASK_RATES).open("a") as f:
+            for task, (passed, k) in tally.items():
+                f.write(json.dumps({"round": phase.round, "task": task, "passed": passed, "k": k}) + "\n")
+        prefix = "proposed_"
+        pooled = {
+            task.split("/", 1)[1][len(prefix) :]: (passed, k)
+            for task, (passed, k) in tally.items()
+            if task.split("/", 1)[1].startswith(prefix)
+        }
+        if pooled and self.pool_path().exists():
+            record_pass_rates(self.pool_path(), phase.round, pooled)
+        return len(tally)
+
+    # -- held-out evaluation ----------------------------------------------------------------------
     def evaluate_heldout(self, phase: Phase, checkpoint: Path) -> dict:
-        """pass@k / fast_p of the checkpoint on the held-out problems; appended to RUN/heldout.jsonl and
-        plotted to RUN/heldout.png."""
+        """pass@k / fast_1 of the checkpoint on the held-out problems, for every configured language, per
+        level and overall, with the verdict mix; appended to RUN/heldout.jsonl and plotted to RUN/curves.png.
+        pass@k is reported for each configured k <= n. ``heldout_pass@k`` (no language) is the first
+        language's overall figure."""
         if not self.heldout:
             return {}
         from kzcore.evaluate.runner import evaluate
@@ -161,49 +251,114 @@ class Trainer:
 
         cfg = self.config.heldout
         out = self.run_dir / "heldout" / phase_id(phase)
+        languages = list(self.config.plugins.languages)
+        params = SamplingParams(
+            n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=self.config.run.seed
+        )
+        names = [(p.level, p.name) for p in self.heldout]
+        metrics: dict = {}
         policy = self.policy_for(checkpoint)
         try:
-            params = SamplingParams(
-                n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=self.config.run.seed
-            )
-            candidates = sample_candidates(
-                policy, self.heldout, self.language, params, out / "completions.jsonl", pm=self.pm
-            )
+            for language in languages:
+                self.log(f"held-out {phase_id(phase)} [{language}]: sampling {cfg.n} x {len(self.heldout)} problems")
+                candidates = sample_candidates(
+                    policy, self.heldout, language, params, out / f"completions-{language}.jsonl",
+                    template=self.config.prompts.coder_template, pm=self.pm,
+                )  # fmt: skip
+                self.log(f"held-out {phase_id(phase)} [{language}]: evaluating {len(candidates)} candidates")
+                results = evaluate(
+                    self.heldout, candidates, self.config.eval, out / f"results-{language}.jsonl",
+                    workers=self.config.plugins.workers, pm=self.pm,
+                )  # fmt: skip
+                metrics[f"heldout_{language}_statuses"] = _status_counts(results)
+                for k in (k for k in cfg.k if k <= cfg.n):
+                    table = summarize(results, k=k, problems=names)
+                    for level, row in table.items():
+                        where = language if level == "all" else f"{language}_l{level}"
+                        metrics[f"heldout_{where}_pass@{k}"] = row["pass@k"]
+                        metrics[f"heldout_{where}_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed
+                    if language == languages[0]:
+                        metrics[f"heldout_pass@{k}"] = table["all"]["pass@k"]
+                        metrics[f"heldout_fast_1@{k}"] = table["all"]["fast_1"]
         finally:
             policy.close()
-        results = evaluate(
-            self.heldout,
-            candidates,
-            self.config.eval,
-            out / "results.jsonl",
-            workers=self.config.plugins.workers,
-            pm=self.pm,
-        )
-        metrics = {}
-        for k in cfg.k:
-            row = summarize(results, k=k, problems=[(p.level, p.name) for p in self.heldout])["all"]
-            metrics[f"heldout_pass@{k}"] = row["pass@k"]
-            metrics[f"heldout_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed (CPU)
         with (self.run_dir / "heldout.jsonl").open("a") as f:
             f.write(json.dumps({"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}) + "\n")
         plot_curves(self.run_dir)
         return metrics
 
+    # -- checkpoints ------------------------------------------------------------------------------
+    def best_phase(self) -> str | None:
+        """The finished phase whose model scored the best held-out pass@1 (the earliest of ties)."""
+        path = self.run_dir / "heldout.jsonl"
+        if not path.exists():
+            return None
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        scored = [(r.get("heldout_pass@1"), i, r["phase"]) for i, r in enumerate(rows) if r["phase"] != "00-base"]
+        scored = [(s, -i, pid) for s, i, pid in scored if s is not None]
+        return max(scored)[2] if scored else None
+
+    def prune_checkpoints(self) -> list[str]:
+        """With ``[run] keep_checkpoints = "last-best"``, delete the models of finished phases that no later
+        phase starts from and that are not the best by held-out pass@1; returns the deleted phase ids."""
+        if self.config.run.keep_checkpoints == "all":
+            return []
+        keep = {self.latest_checkpoint("coder"), self.latest_checkpoint("proposer")}
+        best = self.best_phase()
+        if best:
+            keep.add(str(self.run_dir / "phases" / best / "model"))
+        deleted = []
+        for pid in read_state(self.run_dir)["done"]:
+            model = self.run_dir / "phases" / pid / "model"
+            if (model / "config.json").exists() and str(model) not in keep:
+                for item in model.iterdir():  # logs beside the weights stay
+                    if item.suffix in (".safetensors", ".bin", ".pt") or item.name.startswith("checkpoint-"):
+                        shutil.rmtree(item) if item.is_dir() else item.unlink()
+                (model / "config.json").rename(model / "config.json.pruned")
+                deleted.append(pid)
+        return deleted
+
     # -- driver -----------------------------------------------------------------------------------
     def run(self) -> dict:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         handlers = {"distill": self.distill, "sft": self.sft, "coder": self.coder, "proposer": self.proposer}
+        handlers = {role: self._pruning_first(h) for role, h in handlers.items()}
         try:
             state = run_schedule(self.config.schedule, handlers, self.run_dir, pm=self.pm, log=self.log)
         finally:
             if self._pool is not None:
                 self._pool.close()
+        self.prune_checkpoints()
         plot_curves(self.run_dir)
+        best = self.best_phase()
+        if best:
+            self.log(f"best held-out pass@1: phase {best} ({self.run_dir / 'phases' / best / 'model'})")
         return state
+
+    def _pruning_first(self, handler):
+        @functools.wraps(handler)
+        def run_phase(phase: Phase, phase_dir: Path) -> dict:
+            pruned = self.prune_checkpoints()
+            if pruned:
+                self.log(f"checkpoints pruned (keep_checkpoints = last-best): {', '.join(pruned)}")
+            return handler(phase, phase_dir)
+
+        return run_phase
+
+
+def round_share(count: int, share: float) -> int:
+    return int(round(count * share))
+
+
+def _status_counts(results) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return counts
 
 
 def plot_curves(run_dir: Path) -> Path | None:
-    """PNG of per-phase reward / correctness and held-out pass@k over the run."""
+    """PNG of per-phase training reward / correctness and held-out pass@k over the run, phases by name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,25 +369,32 @@ def plot_curves(run_dir: Path) -> Path | None:
     if not metrics:
         return None
     heldout = (
-        [json.loads(x) for x in (run_dir / "heldout.jsonl").read_text().splitlines()]
+        [json.loads(x) for x in (run_dir / "heldout.jsonl").read_text().splitlines() if x.strip()]
         if (run_dir / "heldout.jsonl").exists()
         else []
     )
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for role, marker in (("coder", "o"), ("proposer", "s")):
-        pts = [(i, m.get("reward_mean")) for i, (pid, m) in enumerate(metrics.items()) if pid.endswith(role)]
-        if pts:
-            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"{role} reward")
-    axes[0].set_xlabel("phase")
-    axes[0].set_title("training reward")
-    axes[0].legend()
-    for key in sorted({k for h in heldout for k in h if k.startswith("heldout_pass@")}):
-        axes[1].plot(range(len(heldout)), [h.get(key) for h in heldout], marker="o", label=key)
-    axes[1].set_xticks(range(len(heldout)), [h["phase"] for h in heldout], rotation=30)
-    axes[1].set_xlabel("after phase")
-    axes[1].set_title("held-out pass@k")
-    if heldout:
-        axes[1].legend()
+    phases = list(metrics)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    styles = {"coder": ("o", "-"), "proposer": ("s", "--")}
+    for role, (marker, ls) in styles.items():
+        for key, label in (("reward_mean", "reward"), ("correct_rate", "train pass@1")):
+            pts = [(i, m.get(key)) for i, (pid, m) in enumerate(metrics.items()) if pid.endswith(role)]
+            pts = [(i, v) for i, v in pts if isinstance(v, (int, float))]
+            if pts:
+                axes[0].plot(*zip(*pts), marker=marker, ls=ls if key == "reward_mean" else ":", label=f"{role} {label}")
+    axes[0].set_xticks(range(len(phases)), phases, rotation=30, ha="right")
+    axes[0].set_title("training (per phase)")
+    if axes[0].lines:
+        axes[0].legend(fontsize=8)
+    keys = sorted({k for h in heldout for k in h if k.startswith("heldout_pass@") and "_l" not in k})
+    for j, key in enumerate(keys):  # markers and offsets keep overlapping lines distinguishable
+        ys = [h.get(key) for h in heldout]
+        axes[1].plot(range(len(heldout)), ys, marker="os^Dv"[j % 5], ms=7 - j, label=key.removeprefix("heldout_"))
+    axes[1].set_xticks(range(len(heldout)), [h["phase"] for h in heldout], rotation=30, ha="right")
+    axes[1].set_ylim(-0.05, 1.05)
+    axes[1].set_title("held-out (after phase)")
+    if heldout and keys:
+        axes[1].legend(fontsize=8)
     fig.tight_layout()
     path = run_dir / "curves.png"
     fig.savefig(path, dpi=110)

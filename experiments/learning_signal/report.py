@@ -1,0 +1,133 @@
+"""The learning run's report from finished run directories: per phase and run, held-out pass@1 / pass@k /
+fast_1 per language with the verdict mix, the Coder's training-problem pass@1 and reward, the share of GRPO
+groups with no reward spread, and where the time went; across runs, the seed spread and the gain over SFT.
+Writes REPORT.json and REPORT.png; prints a Markdown table.
+
+    python experiments/learning_signal/report.py --out results/2026-12-01-h200 \\
+        full-s0=runs/gpu-small full-s1=runs/gpu-small-seed1 frozen-s0=runs/gpu-small-frozen
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+PHASE_KEYS = ("seconds", "train_seconds", "eval_seconds", "steps", "reward_mean", "reward_std", "correct_rate",
+              "frac_reward_zero_std", "frac_groups_zero_std", "accepted", "proposed", "kept", "examples",
+              "loss_first", "loss_last", "task_sources", "tasks_measured", "variants")  # fmt: skip
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def run_summary(run_dir: Path) -> dict:
+    state = json.loads((run_dir / "state.json").read_text())
+    phases = {pid: {k: m[k] for k in PHASE_KEYS if k in m} for pid, m in state["metrics"].items()}
+    heldout = {row.pop("phase"): {k: v for k, v in row.items() if k not in ("round", "time")}
+               for row in read_jsonl(run_dir / "heldout.jsonl")}  # fmt: skip
+    coder_calls = {}
+    for pid in state["done"]:
+        rows = read_jsonl(run_dir / "phases" / pid / "model" / "rewards.jsonl")
+        if pid.endswith("coder") and rows:
+            coder_calls[pid] = [
+                {k: r[k] for k in ("correct_rate", "reward_mean", "reward_std", "frac_groups_zero_std", "statuses")}
+                for r in rows
+            ]
+    return {"done": state["done"], "phases": phases, "heldout": heldout, "coder_calls": coder_calls,
+            "forked_from": state.get("forked_from")}  # fmt: skip
+
+
+def spread(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def aggregate(runs: dict[str, dict], metric: str) -> dict:
+    """Per held-out phase: the metric over the runs of each variant (the name's part before "-s")."""
+    out: dict[str, dict[str, dict]] = {}
+    for name, run in runs.items():
+        variant = name.split("-s")[0]
+        for phase, row in run["heldout"].items():
+            out.setdefault(variant, {}).setdefault(phase, []).append(row.get(metric))
+    return {v: {p: spread(vals) for p, vals in phases.items()} for v, phases in out.items()}
+
+
+def markdown(runs: dict[str, dict], languages: list[str]) -> str:
+    lines = ["| run | phase | " + " | ".join(f"{lang} pass@1 / pass@10 / fast_1" for lang in languages)
+             + " | verdicts (first language) | train pass@1 | reward | frac_reward_zero_std | seconds |",
+             "|" + " --- |" * (len(languages) + 7)]  # fmt: skip
+    for name, run in runs.items():
+        for phase, row in run["heldout"].items():
+            cells = []
+            for lang in languages:
+                vals = [row.get(f"heldout_{lang}_pass@1"), row.get(f"heldout_{lang}_pass@10"),
+                        row.get(f"heldout_{lang}_fast_1@1")]  # fmt: skip
+                cells.append(" / ".join("–" if v is None else f"{v:.3f}" for v in vals))
+            verdicts = row.get(f"heldout_{languages[0]}_statuses", {})
+            m = run["phases"].get(phase, {})
+            fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+            lines.append(f"| {name} | {phase} | " + " | ".join(cells)
+                         + f" | {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))} | {fmt(m.get('correct_rate'))}"
+                         + f" | {fmt(m.get('reward_mean'))} | {fmt(m.get('frac_reward_zero_std'))} | {m.get('seconds', '–')} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict], languages: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(languages) + 1, figsize=(5 * (len(languages) + 1), 3.8))
+    markers = "osD^v"
+    for j, (name, run) in enumerate(runs.items()):
+        phases = list(run["heldout"])
+        for ax, lang in zip(axes, languages):
+            ys = [run["heldout"][p].get(f"heldout_{lang}_pass@1") for p in phases]
+            ax.plot(range(len(phases)), ys, marker=markers[j % 5], ms=8 - 1.5 * j, alpha=0.85, label=name)
+            ax.set_xticks(range(len(phases)), phases, rotation=30, ha="right")
+            ax.set_title(f"held-out pass@1, {lang}")
+            ax.set_ylim(-0.02, max(0.2, ax.get_ylim()[1]))
+        coder = [(pid, m.get("correct_rate")) for pid, m in run["phases"].items() if pid.endswith("coder")]
+        if coder:
+            axes[-1].plot([p for p, _ in coder], [v for _, v in coder], marker=markers[j % 5], label=name)
+    axes[-1].set_title("training-problem pass@1 (Coder phases)")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="NAME=RUN_DIR (NAME like full-s0, frozen-s0)")
+    parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.png")
+    parser.add_argument("--languages", default="triton,cuda")
+    args = parser.parse_args()
+    runs = {}
+    for spec in args.runs:
+        name, _, path = spec.partition("=")
+        runs[name] = run_summary(Path(path))
+    languages = args.languages.split(",")
+    report = {
+        "runs": runs,
+        "heldout_pass@1": {lang: aggregate(runs, f"heldout_{lang}_pass@1") for lang in languages},
+        "heldout_pass@10": {lang: aggregate(runs, f"heldout_{lang}_pass@10") for lang in languages},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    plot(runs, languages, out.with_suffix(".png"))
+    print(markdown(runs, languages))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
