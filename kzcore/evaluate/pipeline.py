@@ -15,8 +15,8 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import CompileError
-from kzcore.evaluate import gpuwork, guard, integrity, memory, variation
-from kzcore.problems import apply_size_profile, import_module_from_file
+from kzcore.evaluate import gpuwork, guard, integrity, magnitude, memory, sizes, variation
+from kzcore.problems import import_module_from_file
 from kzcore.types import EvalJob, EvalResult, Status
 
 MESSAGE_LIMIT = 1500
@@ -117,12 +117,6 @@ def refill(buffers: list | None, values: list) -> list:
         else:
             buffers[i] = v
     return buffers
-
-
-def shapes_of(problem_mod) -> str:
-    """The module constants a size profile sets, as ``name=value`` pairs (for messages)."""
-    names = {name for sizes in (getattr(problem_mod, "KZ_SIZES", None) or {}).values() for name in sizes}
-    return ", ".join(f"{name}={getattr(problem_mod, name)!r}" for name in sorted(names) if hasattr(problem_mod, name))
 
 
 def changed_inputs(before: list, after: list) -> list[int]:
@@ -232,7 +226,7 @@ class Evaluation:
         size = self.config.size
         if size == "auto":
             size = "full" if self.device == "cuda" else "small"
-        self.fields["size"] = apply_size_profile(module, size)
+        self.fields["size"], _ = sizes.apply_profile(module, size)
         return module
 
     def construct(self, problem_mod, candidate_mod):
@@ -336,6 +330,8 @@ class Evaluation:
             elif applied and self.base_sizes:
                 config = variation.varied_config(config, self.base_sizes, variation.magnitudes(expected))
             check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=config)
+            if check.ok:  # the core's own check, whichever plugin compared elementwise
+                check = magnitude.check_relative_error(expected, actual, self.config, check)
         self.fields.update(
             max_abs_err=max(self.fields.get("max_abs_err") or 0.0, check.max_abs_err),
             max_rel_err=max(self.fields.get("max_rel_err") or 0.0, check.max_rel_err),
@@ -356,9 +352,22 @@ class Evaluation:
         with self.clock.charge_to("second_shape"):
             with self.clock("load_problem"):
                 problem_mod = self.import_problem("_shape2")
-            if profile not in (getattr(problem_mod, "KZ_SIZES", None) or {}):
+                before = dict(vars(problem_mod))
+                used, why = sizes.apply_profile(problem_mod, profile)
+            if used == "full" or used == self.fields.get("size"):
+                self.note_once(f"no second shape: {why}" if why else "")
                 return
-            apply_size_profile(problem_mod, profile)
+            shape = ", ".join(
+                f"{k}={v!r}"
+                for k, v in sorted(vars(problem_mod).items())
+                if isinstance(v, (int, tuple, list)) and k in before and before[k] != v
+            )
+            if used.endswith(sizes.DERIVED):
+                with hold():
+                    why = self.reference_fails(problem_mod)
+                if why:
+                    self.note_once(f"no second shape: the reference fails at the derived alt shape ({shape}): {why}")
+                    return
             try:
                 with hold():
                     reference, candidate = self.construct(problem_mod, candidate_mod)
@@ -368,9 +377,35 @@ class Evaluation:
                 with hold():
                     self.trial(problem_mod, reference, candidate, launches, index=index, vary=False)
             except Verdict as verdict:
-                message = f"second shape (KZ_SIZES[{profile!r}], {shapes_of(problem_mod)}): {verdict.message}"
+                where = f"KZ_SIZES[{profile!r}]" if used == profile else f"derived {profile!r} profile"
+                message = f"second shape ({where}, {shape}): {verdict.message}"
                 raise Verdict(verdict.status, message, **verdict.fields) from None
-        self.fields["second_shape"] = profile
+        self.fields["second_shape"] = used
+
+    def note_once(self, note: str) -> None:
+        if note and note not in self.notes:
+            self.notes.append(note)
+
+    def reference_fails(self, problem_mod) -> str:
+        """Why the reference cannot run at ``problem_mod``'s sizes ("" when it can): a derived shape is tried
+        on the reference alone first, so a shape the problem does not support is skipped, never charged to
+        the candidate."""
+        try:
+            with self.device_ctx():
+                self.seed(self.config.seed)
+                init = list(problem_mod.get_init_inputs())
+                self.seed(self.config.seed)
+                reference = problem_mod.Model(*init)
+                self.seed(self.trial_seed(self.config.trials))
+                inputs = list(problem_mod.get_inputs())
+            self.forward("reference", reference, inputs)
+            self.sync()
+        except Exception as exc:
+            self.poisoned = is_fatal_device_error(exc)
+            if self.poisoned:
+                raise
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return ""
 
     def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
         """Accept a speedup above ``implausible_speedup`` only once it survives a re-check: the timing's own

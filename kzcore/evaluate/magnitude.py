@@ -1,0 +1,54 @@
+"""Tolerance relative to the output's own size. Elementwise ``|a - e| <= atol + rtol*|e|`` lets any output
+whose elements are all below ``atol`` pass as zeros (KernelBench's 393,216-wide softmax rows are ~2.5e-6
+each), so every floating output must also be close as a whole: ``||a - e|| <= rtol * ||e||`` (2-norms over
+the elements where the reference is finite). A kernel whose error is small only because the output is small
+fails; a correct kernel loses nothing, since meeting ``rtol`` elementwise implies it in norm.
+
+Neighbour: `pipeline.Evaluation.trial` runs it after ``kz_check_outputs`` passed."""
+
+from __future__ import annotations
+
+import attrs
+
+from kzcore.types import EvalConfig, OutputCheck
+
+RTOL_FLOOR = 1e-6  # a configured rtol of 0 still allows float noise
+
+
+def relative_errors(expected: list, actual: list) -> list[float | None]:
+    """``||a - e|| / ||e||`` per output (None: not floating, empty, or a reference of exact zeros)."""
+    import torch
+
+    out: list[float | None] = []
+    for e, a in zip(expected, actual):
+        if not (isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex()) and e.numel()):
+            out.append(None)
+            continue
+        wide = torch.complex128 if e.is_complex() else torch.float64
+        e_w, a_w = e.detach().to(wide), a.detach().to(wide)
+        finite = torch.isfinite(e_w)
+        e_w, a_w = torch.where(finite, e_w, 0), torch.where(finite, a_w, 0)
+        norm = float(torch.linalg.vector_norm(e_w))
+        out.append(float(torch.linalg.vector_norm(a_w - e_w)) / norm if norm > 0 else None)
+    return out
+
+
+def check_relative_error(expected: list, actual: list, config: EvalConfig, passed: OutputCheck) -> OutputCheck:
+    """``passed`` (an elementwise check that passed) unless some output's error norm exceeds
+    ``rtol * ||reference||``; then a failed check that says so."""
+    for i, (e, err) in enumerate(zip(expected, relative_errors(expected, actual))):
+        if err is None:
+            continue
+        bound = max(config.tolerance_for(str(e.dtype)).rtol, RTOL_FLOOR)
+        if not err <= bound:  # NaN fails too
+            where = f"output {i}" if len(expected) > 1 else "output"
+            return attrs.evolve(
+                passed,
+                ok=False,
+                message=(
+                    f"{where}: error norm is {err:.3g} of the reference's norm (at most {bound:g}): every element "
+                    f"is within atol only because the output is small (reference mean |y| = "
+                    f"{float(e.detach().abs().double().nan_to_num(0, 0, 0).mean()):.3g})"
+                ),
+            )
+    return passed

@@ -1,0 +1,27 @@
+"""Test candidate: a correct, shape-generic ReLU for KernelBench's 19_ReLU (masked tail)."""
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+BLOCK = 1024
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+        return out
