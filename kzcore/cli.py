@@ -34,8 +34,9 @@ def _cmd_plugins(args) -> int:
     return 0
 
 
-def _load_problems(spec: str):
-    """``load_problems``, with a one-line error naming a suite's levels when ``spec`` asks for one it lacks."""
+def _load_problems(spec: str, kernelbench: str | None = None):
+    """``load_problems``, with a one-line error naming a suite's levels when ``spec`` asks for one it lacks.
+    ``kernelbench``: the KernelBench checkout for ``kernelbench[:levels]`` (--kernelbench)."""
     from kzcore.plugins import suites
     from kzcore.problems import load_problems, parse_suite_spec
 
@@ -48,7 +49,7 @@ def _load_problems(spec: str):
                     f"suite {name!r} has no level {', '.join(map(str, missing))}; "
                     f"its levels: {', '.join(map(str, sorted(have)))}"
                 )
-    return load_problems(spec)
+    return load_problems(spec, kernelbench=kernelbench)
 
 
 def _size_profiles(source: str) -> list[str]:
@@ -88,7 +89,7 @@ def _cmd_suite(args) -> int:
             table.add_row(name, str(path), ", ".join(f"level{lvl}: {n}" for lvl, n in sorted(by_level.items())))
         console.print(table)
         return 0
-    problems = _load_problems(args.spec)
+    problems = _load_problems(args.spec, args.kernelbench)
     if args.suite_cmd == "check":
         return _suite_check(problems, args, console)
     if args.name:
@@ -109,11 +110,12 @@ def _cmd_suite(args) -> int:
 def _suite_check(problems, args, console) -> int:
     from rich.table import Table
 
-    from kzcore.evaluate.problem_check import check_problems
+    from kzcore.evaluate.problem_check import DEVICE_BUDGET, check_problems
     from kzcore.types import EvalConfig
 
     config = EvalConfig(device=args.device, size=args.size, timeout_s=args.timeout)
-    reports = check_problems(problems, config, workers=args.workers)
+    budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
+    reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
     table = Table(title=f"problem checks: {args.spec}")
     for col in ("problem", "runs", "deterministic", "finite", "non-degenerate", "reason"):
         table.add_column(col)
@@ -157,6 +159,7 @@ def _config_from(args):
         input_scale_decades=args.input_scale_decades,
         second_shape="" if args.second_shape in ("", "none") else args.second_shape,
         implausible_speedup=args.implausible_speedup,
+        problem_check=not args.no_problem_check,
     )
 
 
@@ -167,7 +170,6 @@ def _cmd_eval(args) -> int:
     from kzcore.evaluate.runner import evaluate
     from kzcore.plugins import require_language
     from kzcore.problems import load_solutions
-    from kzcore.report import print_report
 
     console = Console(stderr=True)
     if bool(args.solutions) == bool(args.policy):  # sampling a whole suite must never start by default
@@ -177,7 +179,7 @@ def _cmd_eval(args) -> int:
             else "kz eval takes --solutions or --policy, not both"
         )
     require_language(args.language)
-    problems = _load_problems(args.problems)
+    problems = _load_problems(args.problems, args.kernelbench)
     if args.solutions:
         candidates = load_solutions(args.solutions, problems, args.language)
     else:
@@ -226,7 +228,7 @@ def _cmd_eval(args) -> int:
             on_start=on_start,
         )
     k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
-    print_report(results, k=max(1, k), problems=[(p.level, p.name) for p in problems], console=Console())
+    _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
     Console().print(f"results: {out}")
     return 0
 
@@ -271,7 +273,7 @@ def _cmd_sample(args) -> int:
     from kzcore.plugins import require_language
 
     require_language(args.language)
-    problems = _load_problems(args.problems)
+    problems = _load_problems(args.problems, args.kernelbench)
     console = Console(stderr=True)
     args.saved = f"completions so far are in {args.out}; run the same command again to resume"
     candidates = _sample(args, problems, Path(args.out), console)
@@ -297,7 +299,7 @@ def _cmd_distill(args) -> int:
     args.language = args.language or ["triton"]
     for language in args.language:
         require_language(language)
-    problems = _load_problems(args.problems)
+    problems = _load_problems(args.problems, args.kernelbench)
     kind, _, arg = args.teacher.partition(":")
     teacher = None
     if kind != "solutions":
@@ -416,10 +418,26 @@ def _cmd_pool(args) -> int:
     return 0
 
 
+def _print_scores(results, k: int, problems, include_degenerate: bool, console) -> None:
+    """The score table, without the problems that failed the problem check unless ``include_degenerate``,
+    and a line saying which were left out (or counted)."""
+    import attrs
+
+    from kzcore.metrics import degenerate_note
+    from kzcore.report import print_report
+
+    note = degenerate_note(results, include_degenerate)
+    if include_degenerate:
+        results = [attrs.evolve(r, problem_degenerate="") for r in results]
+    print_report(results, k=k, problems=problems, console=console)
+    if note:
+        console.print(f"[yellow]{note}[/yellow]")
+
+
 def _cmd_report(args) -> int:
     from rich.console import Console
 
-    from kzcore.report import print_report, report_plots
+    from kzcore.report import report_plots
     from kzcore.results import read_results
 
     path = Path(args.results)
@@ -429,7 +447,7 @@ def _cmd_report(args) -> int:
     if not results:
         raise KzError(f"{path}: holds no results")
     console = Console()
-    print_report(results, k=args.k, console=console)
+    _print_scores(results, args.k, (), args.include_degenerate, console)
     png = report_plots(results, Path(args.plot) if args.plot else path.with_suffix(".plots.png"))
     timed = any(r.correct and r.speedup for r in results)
     console.print(f"plots: {png} (verdicts per level{', speedup histogram' if timed else ''})")
@@ -495,6 +513,10 @@ def _add_eval_args(parser) -> None:
         "--implausible-speedup", type=float, default=10.0,
         help="re-verify a speedup above this before accepting it (0: off)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-problem-check", action="store_true",
+        help="skip checking each problem (degenerate outputs) before its candidates",
+    )  # fmt: skip
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -517,6 +539,10 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+KERNELBENCH_HELP = "KernelBench checkout for --problems kernelbench[:levels] (default: $KZ_KERNELBENCH)"
+INCLUDE_DEGENERATE_HELP = "count problems that failed the problem check (degenerate outputs) in the scores"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -531,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = suite_sub.add_parser("show", help="a suite's problems and size profiles, or one problem's source")
     show.add_argument("spec", help="suite name (builtin[:level]) or path")
     show.add_argument("name", nargs="?", help="a problem name: print its source")
+    show.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     show.set_defaults(func=_cmd_suite)
     check = suite_sub.add_parser(
         "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate"
@@ -540,6 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
     check.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
     check.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    check.add_argument(
+        "--max-memory", type=float, default=None, metavar="GIB",
+        help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
+    )  # fmt: skip
+    check.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     check.set_defaults(func=_cmd_suite, name=None)
 
     ev = sub.add_parser("eval", help="evaluate solutions on problems")
@@ -552,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     _add_eval_args(ev)
     ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    ev.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
+    ev.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
     _add_policy_args(
         ev, "sample candidates from this policy first, e.g. smollm2 (instead of --solutions)", default=None
     )
@@ -562,6 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--language", default="triton", help="kernel language the policy is asked to write")
     sa.add_argument("--out", default="runs/completions.jsonl", help="completions JSONL (appended; resumes)")
     sa.add_argument("--seed", type=int, default=0, help="sampling seed")
+    sa.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     _add_policy_args(sa, "the policy backend, NAME[:ARG]")
     sa.set_defaults(func=_cmd_sample)
 
@@ -574,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     di.add_argument("--template", default="principles", help="prompt template: kernelbench | principles")
     di.add_argument("--out", default="runs/distill", help="output directory (sft.jsonl and the verified kernels)")
     di.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    di.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     _add_eval_args(di)
     di.set_defaults(func=_cmd_distill)
 
@@ -628,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="score table and speedup histogram of a results file")
     rep.add_argument("results", help="results JSONL (from kz eval)")
     rep.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    rep.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
     rep.add_argument(
         "--plot", default=None, help="PNG path for the plots (default: next to the results file, .plots.png)"
     )

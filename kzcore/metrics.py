@@ -37,12 +37,41 @@ def _fast(r: EvalResult, p: float) -> bool:
     return r.speedup is not None and r.speedup > p
 
 
-def summarize(results: list[EvalResult], k: int = 1, problems: Iterable[tuple[int, str]] = ()) -> dict:
-    """Per level (and "all"): problems, samples, correct, pass@k, fast_p@k for p in FAST_P, geomean speedup.
+def degenerate_problems(results: Iterable[EvalResult]) -> dict[tuple[int, str], str]:
+    """(level, name) → reason, for every problem some result marks as failing the problem check."""
+    return {(r.level, r.problem): r.problem_degenerate for r in results if r.problem_degenerate}
+
+
+def degenerate_note(results: Iterable[EvalResult], include_degenerate: bool = False) -> str:
+    """One line for the score table on the problems that failed the problem check ("" when none did)."""
+    flagged = degenerate_problems(results)
+    if not flagged:
+        return ""
+    names = ", ".join(f"level{lvl}/{name}" for lvl, name in sorted(flagged)[:8]) + (", …" if len(flagged) > 8 else "")
+    if include_degenerate:
+        return f"{len(flagged)} problem(s) failed the problem check and are counted (--include-degenerate): {names}"
+    return (
+        f"{len(flagged)} problem(s) failed the problem check (degenerate output) and are left out of the scores "
+        f"(--include-degenerate counts them): {names}"
+    )
+
+
+def summarize(
+    results: list[EvalResult],
+    k: int = 1,
+    problems: Iterable[tuple[int, str]] = (),
+    include_degenerate: bool = False,
+) -> dict:
+    """Per level (and "all"): problems, samples, correct, pass@k, fast_p@k for p in FAST_P, geomean speedup,
+    and ``excluded_degenerate``, the problems left out.
 
     ``problems`` lists (level, name) pairs that count even with no result (they score 0), as KernelBench's
-    fast_p divides by all problems. fast_p for p > 0 is None when no correct result was timed.
+    fast_p divides by all problems. fast_p for p > 0 is None when no correct result was timed. A problem
+    that failed kz eval's problem check (its results carry ``problem_degenerate``) is left out of every
+    figure, numerator and denominator, unless ``include_degenerate``: a kernel that writes zeros can be
+    right on it.
     """
+    excluded = set() if include_degenerate else set(degenerate_problems(results))
     groups: dict[tuple[int, str], list[EvalResult]] = defaultdict(list)
     for r in results:
         groups[(r.level, r.problem)].append(r)
@@ -52,7 +81,8 @@ def summarize(results: list[EvalResult], k: int = 1, problems: Iterable[tuple[in
     table = {}
     for level in [*levels, "all"]:
         keys = [key for key in groups if level == "all" or key[0] == level]
-        table[level] = _summarize_group([groups[key] for key in keys], k)
+        table[level] = _summarize_group([groups[key] for key in keys if key not in excluded], k)
+        table[level]["excluded_degenerate"] = sum(key in excluded for key in keys)
     return table
 
 

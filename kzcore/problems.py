@@ -102,8 +102,9 @@ def parse_suite_spec(spec: str) -> tuple[str, set[int] | None]:
         raise ProblemFormatError(f"{spec!r}: levels must be integers, e.g. builtin:1 or builtin:1,2") from None
 
 
-def load_problems(spec: str, pm=None) -> list[Problem]:
-    """Problems from a path (file, directory, .jsonl) or a registered suite name (``builtin[:levels]``)."""
+def load_problems(spec: str, pm=None, kernelbench: str | None = None) -> list[Problem]:
+    """Problems from a path (file, directory, .jsonl), a registered suite name (``builtin[:levels]``), or
+    ``kernelbench[:levels]`` (`load_kernelbench`; ``kernelbench`` is its checkout, else $KZ_KERNELBENCH)."""
     from kzcore.plugins import suites
 
     path = Path(spec)
@@ -115,10 +116,92 @@ def load_problems(spec: str, pm=None) -> list[Problem]:
         return [load_problem_file(path)]
     name, levels = parse_suite_spec(spec)
     registry = suites(pm)
+    if name == KERNELBENCH and name not in registry.items:
+        return load_kernelbench(levels, kernelbench)
     if name not in registry.items:
         known = ", ".join(sorted(registry.items)) or "none"
-        raise ProblemFormatError(f"{spec!r} is neither a path nor a suite (suites: {known})")
+        raise ProblemFormatError(
+            f"{spec!r} is neither a path nor a suite (suites: {known}); KernelBench: {KERNELBENCH}[:levels]"
+        )
     return load_problem_dir(Path(registry.items[name]), levels=levels, suite=name)
+
+
+# ----------------------------------------------------------------------------------------------------
+# KernelBench by name
+# ----------------------------------------------------------------------------------------------------
+
+KERNELBENCH = "kernelbench"
+KERNELBENCH_ENV = "KZ_KERNELBENCH"
+KERNELBENCH_LEVELS = (1, 2, 3)
+KERNELBENCH_DATASET = "ScalingIntelligence/KernelBench"  # on the Hugging Face hub: splits level_1, level_2, ...
+_NO_CHECKOUT = f"set {KERNELBENCH_ENV}=/path/to/KernelBench (a checkout) or pass --kernelbench PATH"
+
+
+def kernelbench_root(checkout: str | Path) -> Path:
+    """The folder holding ``level1/``… of a KernelBench checkout: ``checkout`` itself or its
+    ``KernelBench/`` subfolder (the repository root)."""
+    root = Path(checkout).expanduser()
+    if not root.is_dir():
+        raise ProblemFormatError(
+            f"KernelBench checkout {str(root)!r} ({KERNELBENCH_ENV} or --kernelbench): no such directory"
+        )
+    for candidate in (root / "KernelBench", root):
+        if (candidate / "level1").is_dir():
+            return candidate
+    raise ProblemFormatError(f"KernelBench checkout {str(root)!r}: no level1/ in it or in its KernelBench/ folder")
+
+
+def load_kernelbench(levels: set[int] | None = None, checkout: str | Path | None = None) -> list[Problem]:
+    """KernelBench's levels 1-3 (or ``levels``) from a local checkout (``checkout``, else $KZ_KERNELBENCH),
+    else from its published dataset through the ``datasets`` package (needs the network). Superseded
+    files (``*_OLD.py``) are skipped."""
+    import os
+
+    levels = set(levels or KERNELBENCH_LEVELS)
+    unknown = sorted(levels - set(KERNELBENCH_LEVELS))
+    if unknown:
+        raise ProblemFormatError(f"kernelbench: level(s) {unknown} not supported (levels 1-3)")
+    checkout = checkout or os.environ.get(KERNELBENCH_ENV)
+    if not checkout:
+        return _kernelbench_from_dataset(levels)
+    root = kernelbench_root(checkout)
+    problems = []
+    for level in sorted(levels):
+        folder = root / f"level{level}"
+        if not folder.is_dir():
+            raise ProblemFormatError(f"KernelBench checkout {str(root)!r} has no level{level}/")
+        files = sorted(f for f in folder.glob("*.py") if not f.name.startswith("_") and not f.stem.endswith("_OLD"))
+        problems += [load_problem_file(f, level=level, suite=KERNELBENCH) for f in files]
+    if not problems:
+        raise ProblemFormatError(f"KernelBench checkout {str(root)!r}: no problem files in level(s) {sorted(levels)}")
+    return sorted(problems, key=_natural_key)
+
+
+def _kernelbench_from_dataset(levels: set[int]) -> list[Problem]:
+    try:
+        import datasets
+    except ImportError:
+        raise ProblemFormatError(
+            f"kernelbench: no local checkout ({_NO_CHECKOUT}); the `datasets` package that "
+            f"would fetch {KERNELBENCH_DATASET} is not installed"
+        ) from None
+    try:
+        dataset = datasets.load_dataset(KERNELBENCH_DATASET)
+        rows = [(level, row) for level in sorted(levels) for row in dataset[f"level_{level}"]]
+    except Exception as exc:  # offline, hub errors, a changed layout: all mean "use a checkout"
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ProblemFormatError(
+            f"kernelbench: no local checkout ({_NO_CHECKOUT}) and fetching {KERNELBENCH_DATASET} failed "
+            f"({type(exc).__name__}: {first})"
+        ) from None
+    problems = []
+    for level, row in rows:
+        name = str(row["name"])
+        if not re.match(r"\d+_", name) and row.get("problem_id") is not None:
+            name = f"{row['problem_id']}_{name}"
+        check_problem_source(row["code"], f"{KERNELBENCH_DATASET} level_{level}/{name}")
+        problems.append(Problem(name=name, source=row["code"], level=level, path=None, suite=KERNELBENCH))
+    return sorted(problems, key=_natural_key)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -131,6 +131,9 @@ class EvalConfig:
     # A measured speedup above this is re-verified (more trials on new seeds, the same input buffers
     # refilled, a second timing pass) before it is accepted; 0 turns it off.
     implausible_speedup: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
+    # kz eval checks each problem once (cached) before its candidates: a problem whose outputs are ~0,
+    # ~constant, input-independent, random or non-finite marks its results `problem_degenerate`
+    problem_check: bool = True
 
     def tolerance_for(self, dtype_name: str) -> Tolerance:
         """Per-dtype tolerance: the configured one for fp32, looser for half types, tighter for fp64."""
@@ -252,6 +255,9 @@ class EvalResult:
     origin: str = ""
     second_shape: str = ""  # the KZ_SIZES profile of the passed second-shape trial ("" when none ran)
     reverified: bool = False  # an implausible speedup passed re-verification (EvalConfig.implausible_speedup)
+    # why the problem itself failed kz eval's problem check ("" when it passed or was not checked): results
+    # on it are left out of pass@k / fast_p unless asked for (metrics.summarize(include_degenerate=True))
+    problem_degenerate: str = ""
     schema: int = SCHEMA
 
     @property

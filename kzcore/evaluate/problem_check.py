@@ -1,18 +1,36 @@
 """Checking problem modules themselves, in evaluator workers (the module is untrusted when a Proposer
-wrote it): it constructs and runs, twice identically, with finite and non-degenerate outputs.
+wrote it): it constructs and runs within a memory budget, twice alike, with finite and non-degenerate
+outputs.
 
-Worker side: `check_problem_job`; parent side: `check_problems` (through any executor)."""
+Worker side: `check_problem_job`; parent side: `check_problems` (through any executor), and `checked_problems`,
+which `kz eval` uses: one check per problem, cached on disk by what decides its verdict."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 import time
 from pathlib import Path
 
+from kzcore.evaluate import sizes
 from kzcore.evaluate.degeneracy import degeneracy_reasons
 from kzcore.evaluate.pipeline import as_list, candidate_error, clone_inputs, is_fatal_device_error
-from kzcore.problems import apply_size_profile, import_module_from_file
-from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport
+from kzcore.problems import import_module_from_file
+from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport, from_json, to_json
+
+# ProblemCheckJob.max_bytes = DEVICE_BUDGET: the budget is FREE_FRACTION of the memory free when the check
+# starts (GPU: torch.cuda.mem_get_info; CPU: available RAM), not a fixed figure
+DEVICE_BUDGET = 0
+FREE_FRACTION = 0.8
+PROPOSER_BUDGET = 16 * 2**30  # what check_problems uses unless told (the Proposer's gate)
+# Two runs agree when they differ by float-reordering noise only (cuDNN's nondeterministic algorithms):
+# per element at most DETERMINISM_ELEMENT x (|y| + mean |y|), and in norm DETERMINISM_NORM x ||y||, each
+# raised to a few ulps of the output's dtype. Dropout or torch.rand in forward change whole elements.
+DETERMINISM_ELEMENT = 1e-3
+DETERMINISM_NORM = 1e-5
+CHECK_VERSION = 2  # bump when a change to the checks should invalidate cached reports
 
 _counter = itertools.count()
 
@@ -46,6 +64,57 @@ def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: in
     return outputs, sum(t.numel() * t.element_size() for t in tensors)
 
 
+def free_bytes(device: str) -> int:
+    """Memory free for a problem now: the GPU's free memory, or the host's available RAM."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def runs_differ(first: list, again: list) -> str:
+    """Why two runs of the same model on the same inputs disagree beyond float-reordering noise ("" when
+    they do not)."""
+    import torch
+
+    for i, (a, b) in enumerate(zip(first, again)):
+        where = f"output {i}" if len(first) > 1 else "output"
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{where}: shape or dtype differs between runs"
+        if not (a.is_floating_point() or a.is_complex()):
+            if not torch.equal(a, b):
+                return f"{where}: {int((a != b).sum())} of {a.numel()} elements differ"
+            continue
+        if not a.numel():
+            continue
+        eps = torch.finfo(a.dtype).eps if a.is_floating_point() else torch.finfo(a.real.dtype).eps
+        x, y = torch.nan_to_num(a.detach().double()), torch.nan_to_num(b.detach().double())
+        if a.is_complex():
+            x, y = (
+                torch.view_as_real(a.detach().cdouble()).nan_to_num(),
+                torch.view_as_real(b.detach().cdouble()).nan_to_num(),
+            )
+        diff = (x - y).abs()
+        scale = x.abs().mean()
+        element_tol, norm_tol = max(DETERMINISM_ELEMENT, 4 * eps), max(DETERMINISM_NORM, eps)
+        off = int((diff > element_tol * (x.abs() + scale)).sum())
+        ratio = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(x).clamp_min(1e-300))
+        if off or ratio > norm_tol:
+            return (
+                f"{where}: {off} of {a.numel()} elements differ beyond float noise (error norm {ratio:.2g} of the "
+                f"output's)"
+            )
+    return ""
+
+
 def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple[ProblemReport, bool]:
     """Run the gates on one problem in this worker. Returns the report and whether the worker is poisoned."""
     import torch
@@ -60,7 +129,8 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
         try:
             module = import_module_from_file(path, path.stem)
             size = config.size if config.size != "auto" else ("full" if device == "cuda" else "small")
-            fields["size"] = apply_size_profile(module, size)
+            fields["size"], _ = sizes.apply_profile(module, size)
+            budget = job.max_bytes or int(FREE_FRACTION * free_bytes(device))
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             first, tensor_bytes = _run(module, device, config.seed, config.seed + 1, 1)
@@ -71,14 +141,15 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
             raise _Failed("does not run: " + candidate_error(exc, path)) from None
         # what the run needed: the CUDA allocator's peak, or (CPU) the bytes of its tensors
         peak = torch.cuda.max_memory_allocated() if device == "cuda" else tensor_bytes
-        if peak > job.max_bytes:
-            raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {job.max_bytes / 2**30:.2f} GiB memory budget")
+        if peak > budget:
+            raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {budget / 2**30:.2f} GiB memory budget")
         fields["ok_runs"] = True
         again, _ = _run(module, device, config.seed, config.seed + 1, 2)
-        if not all(
-            a.shape == b.shape and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) for a, b in zip(first, again)
-        ):
-            raise _Failed("not deterministic: two runs with the same seed differ (randomness or dropout in forward?)")
+        differ = runs_differ(first, again)
+        if differ:
+            raise _Failed(
+                f"not deterministic: two runs with the same seed differ (randomness or dropout in forward?): {differ}"
+            )
         fields["deterministic"] = True
         if not all(bool(torch.isfinite(o).all()) for o in first if o.is_floating_point() or o.is_complex()):
             raise _Failed("outputs contain NaN or Inf")
@@ -107,13 +178,15 @@ def check_problems(
     workers: int | None = None,
     pool=None,
     pm=None,
+    max_bytes: int = PROPOSER_BUDGET,
 ) -> list[ProblemReport]:
     """Reports for ``problems`` in their order, each produced in an evaluator worker: through ``pool`` (an
-    executor already started, left open) or a new executor of kind ``executor`` (closed afterwards)."""
+    executor already started, left open) or a new executor of kind ``executor`` (closed afterwards).
+    ``max_bytes``: the memory budget (`DEVICE_BUDGET`: a fraction of the device's free memory)."""
     from kzcore.plugins import executors, get_plugin_manager, plugin_specs
 
     config = config or EvalConfig(trials=1)
-    jobs = [ProblemCheckJob(problem=p, config=config) for p in problems]
+    jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=max_bytes) for p in problems]
     if pool is not None:
         by_key = {r.key: r for r in pool.map(jobs)}
     else:
@@ -124,3 +197,59 @@ def check_problems(
         finally:
             own.close()
     return [by_key.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back") for p in problems]
+
+
+# ----------------------------------------------------------------------------------------------------
+# kz eval: one check per problem, cached
+# ----------------------------------------------------------------------------------------------------
+
+
+def cache_key(problem: Problem, config: EvalConfig, device: str) -> str:
+    """What decides a problem's report: its source, the size it runs at, the device kind, tolerances, seed."""
+    what = {
+        "version": CHECK_VERSION,
+        "source": problem.source,
+        "size": config.size,
+        "device": device,
+        "atol": config.atol,
+        "rtol": config.rtol,
+        "seed": config.seed,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: str) -> dict[str, ProblemReport]:
+    """A report per problem key: from the on-disk cache (``<kz cache>/problem-checks``) or checked now
+    through ``pool``, with the budget taken from the device. Reports of checks that did not finish (a
+    timeout, a lost worker) are not cached."""
+    from kzcore.cache import cache_dir
+
+    folder = cache_dir("problem-checks")
+    reports, todo = {}, []
+    for p in problems:
+        path = folder / f"{cache_key(p, config, device)}.json"
+        try:
+            reports[p.key] = from_json(ProblemReport, json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            todo.append(p)
+    if todo:
+        jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=DEVICE_BUDGET) for p in todo]
+        fresh = {r.key: r for r in pool.map(jobs)}
+        for p in todo:
+            report = fresh.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back")
+            reports[p.key] = report
+            if report.ok_runs:  # it ran to a verdict: worth keeping
+                path = folder / f"{cache_key(p, config, device)}.json"
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(to_json(report)))
+                tmp.replace(path)
+    return reports
+
+
+def degenerate_reason(report: ProblemReport) -> str:
+    """Why results on this problem should not count ("" when they should): it ran, but its outputs are
+    random, non-finite or degenerate. A problem that did not run (or ran out of budget) is not flagged: its
+    candidates' own results say what happened."""
+    if not report.ok_runs or report.ok:
+        return ""
+    return report.reason or "the problem check failed"

@@ -1,10 +1,13 @@
-"""Parent side of evaluation: validate, skip what the results file already holds, send the rest to an
-executor, and file every result as it arrives (results file + the kz_result_filed hook)."""
+"""Parent side of evaluation: validate, skip what the results file already holds, check each problem
+once (`problem_check`: degenerate problems flag their results), send the candidates to an executor, and
+file every result as it arrives (results file + the kz_result_filed hook)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+
+import attrs
 
 from kzcore.plugins import executors, get_plugin_manager, plugin_specs, require_language
 from kzcore.results import ResultsWriter, read_results, run_header
@@ -60,6 +63,19 @@ def map_prepared(pool, jobs: list[EvalJob], pm=None):
     return pool.map(jobs)
 
 
+def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
+    """(level, name) → why results on that problem should not count, for every problem that fails the
+    problem check (run once per problem through ``pool``, cached on disk; `problem_check.checked_problems`)."""
+    if not config.problem_check or not jobs:
+        return {}
+    from kzcore.evaluate.problem_check import checked_problems, degenerate_reason
+
+    problems = list({(j.problem.level, j.problem.name): j.problem for j in jobs}.values())
+    device = getattr(pool, "device", None) or config.device
+    reports = checked_problems(problems, config, pool, device)
+    return {(p.level, p.name): degenerate_reason(reports[p.key]) for p in problems if degenerate_reason(reports[p.key])}
+
+
 def evaluate(
     problems: list[Problem],
     candidates: list[Candidate],
@@ -91,8 +107,11 @@ def evaluate(
     try:
         if hasattr(pool, "start"):  # optional in the executor protocol: warm up before the header is written
             pool.start()
+        flags = problem_flags(jobs, config, pool)
         writer.write_header(run_header(config, dict(getattr(pool, "info", {})), specs))
         for result in pool.map(jobs):
+            if flags.get((result.level, result.problem)):
+                result = attrs.evolve(result, problem_degenerate=flags[(result.level, result.problem)])
             writer.write(result)
             results.append(result)
             pm.hook.kz_result_filed(result=result)
