@@ -130,3 +130,21 @@ def test_kz_report_leaves_degenerate_problems_out_and_says_so(tmp_path, capsys):
     assert main(["report", str(out), "--plot", str(tmp_path / "p.png"), "--include-degenerate"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "are counted (--include-degenerate)" in text and "│ all │ 2 │ 2 │ 1 │ 50.0% │" in text
+
+
+@pytest.mark.gpu
+def test_conv_transpose_on_cudnn_counts_as_deterministic_and_budget_comes_from_the_gpu(tmp_path):
+    """KernelBench's ConvTranspose problems differ run to run by cuDNN's nondeterministic algorithms (ulps):
+    the gate must pass them; the budget is a fraction of the GPU's free memory."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.ConvTranspose3d(32, 64, 3, stride=2)\n\n"
+        "    def forward(self, x):\n        return self.conv(x)\n\n\n"
+        "def get_inputs():\n    return [torch.rand(16, 32, 16, 32, 32)]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    job = ProblemCheckJob(
+        Problem(name="ct", source=source, level=2), EvalConfig(device="cuda", size="full"), DEVICE_BUDGET
+    )
+    report, poisoned = check_problem_job(job, tmp_path, "cuda")
+    assert not poisoned and report.deterministic and report.ok, report.reason
+    assert free_bytes("cuda") > 2**30
