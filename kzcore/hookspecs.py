@@ -41,8 +41,12 @@ def kz_register_executors(register: Callable[[str, Callable[..., Any]], None]) -
     """Register executors: places where candidates run.
 
     :param register: call ``register(name, factory)``; ``factory(workers=int|None, config=EvalConfig,
-        plugins=list[str])`` returns an object with ``map(jobs) -> Iterator[EvalResult]`` and ``close()``,
-        and optionally ``start()`` (called once before the results file's run header is written).
+        plugins=list[str])`` returns an object with ``map(jobs)`` and ``close()``, and optionally ``start()``
+        (called once before the results file's run header is written). ``map`` takes two kinds of job and
+        yields one answer per job, in any order: an ``EvalResult`` for an ``EvalJob`` (a candidate) and a
+        ``ProblemReport`` for a ``ProblemCheckJob`` (the problem module alone: ``kz eval``'s problem check,
+        the Proposer's gates, ``kz suite check``). Running jobs in a ``kzcore.executors.worker`` (as a
+        ``LocalPool`` does) handles both.
 
     The core registers ``local`` (a pool of spawned worker processes); cluster executors come as plugins.
     """

@@ -3,6 +3,9 @@ plugin manager holding only the core defaults; use the `plugins` fixture to regi
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,18 @@ def _has_gpu() -> bool:
         return torch.cuda.is_available()
     except Exception:
         return False
+
+
+def pytest_configure(config):
+    """Caches on disk (problem checks, compiled extensions) start empty for each test session, as on a
+    clean CI machine: a result cached by an earlier run must not hide what a test exercises."""
+    if "KZ_CACHE" not in os.environ:
+        os.environ["KZ_CACHE"] = config._kz_cache = tempfile.mkdtemp(prefix="kz-test-cache-")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_kz_cache", None):
+        shutil.rmtree(config._kz_cache, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ from torch import nn
 
 from kzcore import hookimpl
 from kzcore.errors import CompileError
-from kzcore.types import EvalResult, Language, OutputCheck, PromptSection, Status, Timing
+from kzcore.types import EvalResult, Language, OutputCheck, ProblemCheckJob, ProblemReport, PromptSection, Status, Timing
 
 PY = "python"  # kz_pylang's language
 
@@ -35,7 +35,8 @@ FAKE_LANGUAGE = FakeLanguage()
 
 class InlineExecutor:
     """An executor that runs nothing: it answers every job with a canned result. It implements exactly the
-    interface the kz_register_executors docstring promises: ``map(jobs)`` and ``close()``."""
+    interface the kz_register_executors docstring promises: ``map(jobs)`` (candidate jobs and problem-check
+    jobs) and ``close()``."""
 
     instances: list[InlineExecutor] = []
 
@@ -48,6 +49,10 @@ class InlineExecutor:
     def map(self, jobs):
         for job in jobs:
             self.jobs.append(job)
+            if isinstance(job, ProblemCheckJob):  # the problem module alone: a clean report
+                p = job.problem
+                yield ProblemReport(p.name, p.level, ok_runs=True, deterministic=True, finite=True, degenerate=False)
+                continue
             cand = job.candidate
             yield EvalResult(
                 problem=cand.problem,

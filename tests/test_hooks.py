@@ -22,7 +22,7 @@ from kzcore.plugins import languages, new_plugin_manager, plugin_specs, policies
 from kzcore.problems import load_problems, load_solutions
 from kzcore.prompts import build_prompt
 from kzcore.results import read_results
-from kzcore.types import Candidate, EvalConfig, Phase, Status
+from kzcore.types import Candidate, EvalConfig, Phase, ProblemCheckJob, Status
 from tests import fakes_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,10 @@ def test_kz_register_executors(plugins, relu, tmp_path):
     (executor,) = fakes_hooks.InlineExecutor.instances
     assert executor.workers == 3 and executor.config == CFG and executor.closed
     assert executor.plugins == plugin_specs(pm)
-    assert [j.candidate.sample for j in executor.jobs] == [0, 1]
+    # kz eval's problem check goes through the same executor (once per problem, before the candidates)
+    checks = [j for j in executor.jobs if isinstance(j, ProblemCheckJob)]
+    assert [j.problem.key for j in checks] == [relu.key]
+    assert [j.candidate.sample for j in executor.jobs if j not in checks] == [0, 1]
     assert {r.key for r in read_results(tmp_path / "r.jsonl")} == {c.key for c in cands}
     with pytest.raises(KzError, match="no executor named 'nope'; installed: inline, local"):
         evaluate([relu], [py_candidate(2, PY_RELU)], CFG, tmp_path / "r2.jsonl", executor="nope", pm=pm)

@@ -61,8 +61,13 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     assert state["done"] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
     distilled = state["metrics"]["00-distill"]
     assert distilled["kept"] == distilled["correct"] == distilled["candidates"] == 26  # 27 minus held-out ReLU
-    for pid in ("00-sft", "01-proposer", "01-coder"):
+    # keep_checkpoints = "last-best": the newest model (01-coder, both roles here) and the best by held-out
+    # pass@1 (all 0 on a tiny model: the earliest, 00-sft) stay; 01-proposer's weights are gone, its logs stay
+    for pid in ("00-sft", "01-coder"):
         assert (run / "phases" / pid / "model" / "model.safetensors").exists(), pid
+    pruned = run / "phases" / "01-proposer" / "model"
+    assert not (pruned / "model.safetensors").exists() and (pruned / "config.json.pruned").exists()
+    assert (run / "phases" / "01-proposer" / "rewards.jsonl").exists()
     pool = [json.loads(x) for x in (run / "pool.jsonl").read_text().splitlines()]
     assert len(pool) == 2  # one step x one prompt x 2 generations, each filed with its gate verdicts
     assert all(r["gates"] for r in pool)
