@@ -14,7 +14,16 @@ from torch import nn
 
 from kzcore import hookimpl
 from kzcore.errors import CompileError
-from kzcore.types import EvalResult, Language, OutputCheck, ProblemCheckJob, ProblemReport, PromptSection, Status, Timing
+from kzcore.types import (
+    EvalResult,
+    Language,
+    OutputCheck,
+    ProblemCheckJob,
+    ProblemReport,
+    PromptSection,
+    Status,
+    Timing,
+)
 
 PY = "python"  # kz_pylang's language
 
