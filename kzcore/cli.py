@@ -338,9 +338,11 @@ def _cmd_sft(args) -> int:
 
 def _cmd_train(args) -> int:
     from kzcore.train.config import check_device, load_config
+    from kzcore.train.schedule import phases_until
 
     config = load_config(Path(args.config))  # types checked here and the device below: before any phase runs
-    check_device(config)
+    roles = None if args.until is None else {p.role for p in phases_until(config.schedule, args.until)}
+    check_device(config, roles=roles)
     if args.run_dir:
         import attrs
 
@@ -349,7 +351,7 @@ def _cmd_train(args) -> int:
 
     trainer = Trainer(config)
     args.saved = f"finished phases are recorded in {config.run.dir}; run the same command again to resume"
-    state = trainer.run()
+    state = trainer.run(until=args.until)
     run_dir = Path(config.run.dir)
     print(f"phases done: {', '.join(state['done'])}")
     print(f"logs: {run_dir / 'state.json'} and {run_dir / 'phases'}/*/")
@@ -652,6 +654,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="the alternating KernelZero trainer from a TOML config")
     tr.add_argument("--config", required=True, help="TOML config (docs/training.md lists every key)")
     tr.add_argument("--run-dir", default=None, help="override [run] dir")
+    tr.add_argument(
+        "--until", default=None, metavar="PHASE",
+        help="stop after this phase id (e.g. 00-distill: build the cold-start set here, train elsewhere)",
+    )  # fmt: skip
     tr.set_defaults(func=_cmd_train)
 
     se = sub.add_parser("serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint")

@@ -323,3 +323,21 @@ def test_known_warnings_are_filtered_and_others_still_show():
         warn("`gradient_checkpointing` is deprecated and will be removed in v6.", "somewhere.else")
         warn("`other_arg` is deprecated and will be removed in v6.", "transformers.training_args")
     assert [str(w.message).split("`")[1] for w in caught] == ["gradient_checkpointing", "other_arg"]
+
+
+def test_device_check_with_until_looks_only_at_the_phases_that_run():
+    """`--until 00-distill` on a CPU machine: distillation trains nothing, so a GPU-only [sft] is no error
+    there; a run that reaches SFT still is."""
+    config = TrainConfig()  # every use_cpu false
+    check_device(config, cuda_available=False, roles={"distill"})
+    with pytest.raises(ConfigError, match=r"^\[sft\] use_cpu = false"):
+        check_device(config, cuda_available=False, roles={"distill", "sft"})
+
+
+def test_train_until_on_a_cpu_machine_checks_the_phase_name_first(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[schedule]\nrounds = 1\n")
+    proc = kz("train", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--until", "05-coder")
+    assert proc.returncode == 1
+    assert "--until '05-coder': no such phase" in error_line(proc) and "01-coder" in proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -67,3 +67,27 @@ def test_resume_after_kill_mid_phase(tmp_path):
     ]  # fmt: skip
     assert len({r[2] for r in runs[:4]} | {r[2] for r in runs[4:]}) == 2
     assert read_state(tmp_path)["done"][-1] == "02-coder"
+
+
+def test_until_stops_after_the_named_phase_and_a_later_run_resumes(plugins, tmp_path):
+    """`kz train --until 00-distill` builds the cold-start set on one machine; the same run dir, carried to
+    another, resumes at SFT."""
+    pm = plugins("tests.fakes_train")
+    seen = []
+    handlers = dict.fromkeys(("distill", "sft", "proposer", "coder"), lambda ph, d: seen.append(ph.role) or {})
+    schedule = Schedule(rounds=1, proposer_steps=2, coder_steps=3)
+    state = run_schedule(schedule, handlers, tmp_path, pm=pm, log=lambda s: None, until="00-distill")
+    assert seen == ["distill"] and state["done"] == ["00-distill"]
+    state = run_schedule(schedule, handlers, tmp_path, pm=pm, log=lambda s: None)
+    assert seen == ["distill", "sft", "proposer", "coder"]
+    assert state["done"] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
+
+
+def test_until_a_phase_the_schedule_lacks_names_the_ones_it_has(tmp_path):
+    import pytest
+
+    from kzcore.errors import KzError
+
+    with pytest.raises(KzError, match=r"--until '02-coder'.*its phases: 00-distill, 00-sft, 01-proposer, 01-coder"):
+        run_schedule(Schedule(rounds=1), {}, tmp_path, log=lambda s: None, until="02-coder")
+    assert read_state(tmp_path)["done"] == []

@@ -241,9 +241,14 @@ def _check_type(field, hint, value, where: str) -> None:
     raise ConfigError(f"[{where or 'config'}] {field.name} must be {_describe(hint)}, got {value!r}")
 
 
-def check_device(config: TrainConfig, cuda_available: bool | None = None) -> None:
+# the phase role that trains with each section's settings (the sections check_device looks at)
+SECTION_ROLES = {"sft": "sft", "coder": "coder", "proposer_grpo": "proposer"}
+
+
+def check_device(config: TrainConfig, cuda_available: bool | None = None, roles=None) -> None:
     """Refuse, before any phase runs, a section that would train on a GPU (``use_cpu = false``) on a machine
-    without CUDA. Every section with a ``use_cpu`` key is checked, whether or not the schedule uses it."""
+    without CUDA. Every section with a ``use_cpu`` key is checked, whether or not the schedule uses it, unless
+    ``roles`` names the phase roles that will run (``kz train --until``): then only their sections."""
     if cuda_available is None:
         import torch
 
@@ -251,6 +256,8 @@ def check_device(config: TrainConfig, cuda_available: bool | None = None) -> Non
     if cuda_available:
         return
     for field in attrs.fields(type(config)):
+        if roles is not None and SECTION_ROLES.get(field.name, field.name) not in roles:
+            continue
         section = getattr(config, field.name)
         if getattr(section, "use_cpu", True) is False:
             raise ConfigError(

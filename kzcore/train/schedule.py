@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.errors import KzError
 from kzcore.types import Phase
 
 STATE_FILE = "state.json"
@@ -74,14 +75,29 @@ def _write_state(run_dir: Path, state: dict) -> None:
 Handler = Callable[[Phase, Path], dict[str, float]]
 
 
-def run_schedule(schedule: Schedule, handlers: dict[str, Handler], run_dir: Path, pm=None, log=print) -> dict:
-    """Run every unfinished phase: ``handlers[role](phase, phase_dir) -> metrics``. Returns the state."""
+def phases_until(schedule: Schedule, until: str | None = None) -> list[Phase]:
+    """The schedule's phases, up to and including the phase with id ``until`` (e.g. ``"00-distill"``); all of
+    them when ``until`` is None. An id the schedule does not have is an error naming the ones it has."""
+    phases = schedule.phases()
+    if until is None:
+        return phases
+    ids = [phase_id(p) for p in phases]
+    if until not in ids:
+        raise KzError(f"--until {until!r}: no such phase in this schedule; its phases: {', '.join(ids)}")
+    return phases[: ids.index(until) + 1]
+
+
+def run_schedule(
+    schedule: Schedule, handlers: dict[str, Handler], run_dir: Path, pm=None, log=print, until: str | None = None
+) -> dict:
+    """Run every unfinished phase (up to ``until``, see ``phases_until``): ``handlers[role](phase, phase_dir)
+    -> metrics``. Returns the state."""
     from kzcore.plugins import get_plugin_manager
 
     pm = pm or get_plugin_manager()
     run_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(run_dir)
-    for phase in schedule.phases():
+    for phase in phases_until(schedule, until):
         pid = phase_id(phase)
         if pid in state["done"]:
             log(f"phase {pid}: done in an earlier run, skipped")

@@ -319,12 +319,13 @@ class Trainer:
         return deleted
 
     # -- driver -----------------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self, until: str | None = None) -> dict:
+        """Run (or resume) the schedule; with ``until`` (a phase id), stop after that phase."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         handlers = {"distill": self.distill, "sft": self.sft, "coder": self.coder, "proposer": self.proposer}
         handlers = {role: self._pruning_first(h) for role, h in handlers.items()}
         try:
-            state = run_schedule(self.config.schedule, handlers, self.run_dir, pm=self.pm, log=self.log)
+            state = run_schedule(self.config.schedule, handlers, self.run_dir, pm=self.pm, log=self.log, until=until)
         finally:
             if self._pool is not None:
                 self._pool.close()
