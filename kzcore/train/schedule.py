@@ -97,11 +97,14 @@ def run_schedule(
     pm = pm or get_plugin_manager()
     run_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(run_dir)
-    for phase in phases_until(schedule, until):
+    phases = phases_until(schedule, until)
+    for i, phase in enumerate(phases, 1):
         pid = phase_id(phase)
         if pid in state["done"]:
-            log(f"phase {pid}: done in an earlier run, skipped")
+            log(f"phase {i}/{len(phases)} {pid}: done in an earlier run, skipped")
             continue
+        steps = f", {phase.steps} steps" if phase.steps else ""
+        log(f"phase {i}/{len(phases)} {pid}: starting ({phase.role}{steps}{', frozen' if phase.frozen else ''})")
         phase_dir = run_dir / "phases" / pid
         phase_dir.mkdir(parents=True, exist_ok=True)
         pm.hook.kz_phase_start(phase=phase)

@@ -18,9 +18,11 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.jsonl import append_jsonl, read_jsonl
 from kzcore.plugins import executors, get_plugin_manager, plugin_specs
 from kzcore.policy import SamplingParams, load_policy, parse_policy_spec
 from kzcore.problems import load_problems
+from kzcore.progress import Progress
 from kzcore.prompts import build_prompt
 from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
@@ -211,7 +213,7 @@ class Trainer:
         if not path.exists():
             return {}
         latest: dict[str, tuple[int, float]] = {}
-        for row in (json.loads(x) for x in path.read_text().splitlines() if x.strip()):
+        for row in read_jsonl(path):
             if row["task"] not in latest or row["round"] >= latest[row["task"]][0]:
                 latest[row["task"]] = (row["round"], row["passed"] / row["k"])
         return {task: p for task, (_, p) in latest.items()}
@@ -224,9 +226,8 @@ class Trainer:
         tally = json.loads(tally_path.read_text()) if tally_path.exists() else {}
         if not tally:
             return 0
-        with (self.run_dir / TASK_RATES).open("a") as f:
-            for task, (passed, k) in tally.items():
-                f.write(json.dumps({"round": phase.round, "task": task, "passed": passed, "k": k}) + "\n")
+        rows = ({"round": phase.round, "task": task, "passed": passed, "k": k} for task, (passed, k) in tally.items())
+        append_jsonl(self.run_dir / TASK_RATES, rows)
         prefix = "proposed_"
         pooled = {
             task.split("/", 1)[1][len(prefix) :]: (passed, k)
@@ -260,16 +261,25 @@ class Trainer:
         policy = self.policy_for(checkpoint)
         try:
             for language in languages:
-                self.log(f"held-out {phase_id(phase)} [{language}]: sampling {cfg.n} x {len(self.heldout)} problems")
-                candidates = sample_candidates(
-                    policy, self.heldout, language, params, out / f"completions-{language}.jsonl",
-                    template=self.config.prompts.coder_template, pm=self.pm,
-                )  # fmt: skip
-                self.log(f"held-out {phase_id(phase)} [{language}]: evaluating {len(candidates)} candidates")
-                results = evaluate(
-                    self.heldout, candidates, self.config.eval, out / f"results-{language}.jsonl",
-                    workers=self.config.plugins.workers, pm=self.pm,
-                )  # fmt: skip
+                where = f"held-out {phase_id(phase)} [{language}]"
+                with Progress(f"{where}: sampling {cfg.n} x problems", len(self.heldout), self.log) as bar:
+                    candidates = sample_candidates(
+                        policy, self.heldout, language, params, out / f"completions-{language}.jsonl",
+                        template=self.config.prompts.coder_template, on_batch=bar.advance, pm=self.pm,
+                    )  # fmt: skip
+                with Progress(f"{where}: evaluating", None, self.log) as bar:
+                    correct = 0
+
+                    def on_result(result, bar=bar):
+                        nonlocal correct
+                        correct += result.correct
+                        bar.advance(1, f"{correct} correct")
+
+                    results = evaluate(
+                        self.heldout, candidates, self.config.eval, out / f"results-{language}.jsonl",
+                        workers=self.config.plugins.workers, on_start=lambda already, todo: bar.start(todo),
+                        on_result=on_result, pm=self.pm,
+                    )  # fmt: skip
                 metrics[f"heldout_{language}_statuses"] = _status_counts(results)
                 for k in (k for k in cfg.k if k <= cfg.n):
                     table = summarize(results, k=k, problems=names)
@@ -282,8 +292,8 @@ class Trainer:
                         metrics[f"heldout_fast_1@{k}"] = table["all"]["fast_1"]
         finally:
             policy.close()
-        with (self.run_dir / "heldout.jsonl").open("a") as f:
-            f.write(json.dumps({"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}) + "\n")
+        row = {"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}
+        append_jsonl(self.run_dir / "heldout.jsonl", [row])
         plot_curves(self.run_dir)
         return metrics
 
@@ -293,7 +303,7 @@ class Trainer:
         path = self.run_dir / "heldout.jsonl"
         if not path.exists():
             return None
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        rows = read_jsonl(path)
         scored = [(r.get("heldout_pass@1"), i, r["phase"]) for i, r in enumerate(rows) if r["phase"] != "00-base"]
         scored = [(s, -i, pid) for s, i, pid in scored if s is not None]
         return max(scored)[2] if scored else None
@@ -359,7 +369,21 @@ def _status_counts(results) -> dict[str, int]:
 
 
 def plot_curves(run_dir: Path) -> Path | None:
-    """PNG of per-phase training reward / correctness and held-out pass@k over the run, phases by name."""
+    """RUN/curves.png (see ``curves_figure``); None before any phase has finished."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(run_dir)
+    if fig is None:
+        return None
+    path = run_dir / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def curves_figure(run_dir: Path):
+    """Three panels, phases by name: per-phase training reward / correctness, held-out pass@k, and the
+    held-out verdict mix after each phase."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -369,13 +393,9 @@ def plot_curves(run_dir: Path) -> Path | None:
     metrics = state.get("metrics", {})
     if not metrics:
         return None
-    heldout = (
-        [json.loads(x) for x in (run_dir / "heldout.jsonl").read_text().splitlines() if x.strip()]
-        if (run_dir / "heldout.jsonl").exists()
-        else []
-    )
+    heldout = read_jsonl(run_dir / "heldout.jsonl")
     phases = list(metrics)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
     styles = {"coder": ("o", "-"), "proposer": ("s", "--")}
     for role, (marker, ls) in styles.items():
         for key, label in (("reward_mean", "reward"), ("correct_rate", "train pass@1")):
@@ -384,6 +404,7 @@ def plot_curves(run_dir: Path) -> Path | None:
             if pts:
                 axes[0].plot(*zip(*pts), marker=marker, ls=ls if key == "reward_mean" else ":", label=f"{role} {label}")
     axes[0].set_xticks(range(len(phases)), phases, rotation=30, ha="right")
+    axes[0].set_xlim(-0.5, len(phases) - 0.5)
     axes[0].set_title("training (per phase)")
     if axes[0].lines:
         axes[0].legend(fontsize=8)
@@ -396,8 +417,25 @@ def plot_curves(run_dir: Path) -> Path | None:
     axes[1].set_title("held-out (after phase)")
     if heldout and keys:
         axes[1].legend(fontsize=8)
+    plot_verdicts(axes[2], heldout)
     fig.tight_layout()
-    path = run_dir / "curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def plot_verdicts(ax, heldout: list[dict]) -> None:
+    """Stacked bars: the held-out verdict mix after each phase (first language), so a run whose pass@k is 0
+    still shows what changed (format errors turning into compile errors, then wrong answers, ...)."""
+    rows = []
+    for h in heldout:
+        key = next((k for k in h if k.startswith("heldout_") and k.endswith("_statuses")), None)
+        rows.append((h["phase"], h.get(key) or {}))
+    statuses = sorted({s for _, counts in rows for s in counts})
+    bottoms = [0] * len(rows)
+    for status in statuses:
+        heights = [counts.get(status, 0) for _, counts in rows]
+        ax.bar(range(len(rows)), heights, bottom=bottoms, label=status)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_xticks(range(len(rows)), [pid for pid, _ in rows], rotation=30, ha="right")
+    ax.set_title("held-out verdicts (after phase)")
+    if statuses:
+        ax.legend(fontsize=7)
