@@ -4,6 +4,7 @@ readers skip it, appenders cut it off first, and both say so instead of dropping
 
 API:
   read_jsonl(path, *, on_skip=None) -> list[dict]   every JSON-object line, in order
+  read_jsonl_numbered(path, reject) -> [(line, row)] the same with line numbers; a bad line raises reject(...)
   repair_tail(path, *, on_skip=None) -> bool        make the file end on a whole line before appending
   open_for_append(path, *, on_skip=None) -> file    repair_tail, then a text file opened to append
   append_jsonl(path, rows, *, on_skip=None) -> None one line per row, flushed
@@ -41,6 +42,22 @@ def _object(line: str) -> dict | None:
     return row if isinstance(row, dict) else None
 
 
+def _scan(path: Path) -> list[tuple[int, str, dict | None, bool]]:
+    """(line number, text, the JSON object or None, torn) for every non-blank line of ``path``; torn: the last
+    line, without its newline, and not a JSON object (a write cut short)."""
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            row = _object(line)
+            out.append((lineno, line, row, row is None and lineno == len(lines)))
+    return out
+
+
+def _torn_message(path: Path, lineno: int, line: str) -> str:
+    return f"{path}:{lineno}: torn last line skipped ({len(line)} characters, no newline)"
+
+
 def read_jsonl(path: Path | str, *, on_skip: OnSkip | None = None) -> list[dict]:
     """Every line of ``path`` that holds a JSON object, in file order; [] when the file does not exist.
 
@@ -50,20 +67,42 @@ def read_jsonl(path: Path | str, *, on_skip: OnSkip | None = None) -> list[dict]
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    lines = text.split("\n")
     rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        row = _object(line)
+    for lineno, line, row, torn in _scan(path):
         if row is not None:
             rows.append(row)
-        elif lineno == len(lines):  # no newline after it: the write was cut short
-            _report(on_skip, f"{path}:{lineno}: torn last line skipped ({len(line)} characters, no newline)")
+        elif torn:
+            _report(on_skip, _torn_message(path, lineno, line))
         else:
             _report(on_skip, f"{path}:{lineno}: not a JSON object, skipped: {line[:60]!r}")
     return rows
+
+
+def read_jsonl_numbered(
+    path: Path | str, reject: Callable[[str, str], Exception], *, on_skip: OnSkip | None = None
+) -> list[tuple[int, dict]]:
+    """(line number, row) for every JSON-object line, for readers whose messages name the line (JSONL
+    problems and solutions, the task pool, SFT rows: files a person may have written). A torn last line is
+    skipped and reported as in ``read_jsonl``; any other line that is not a JSON object raises
+    ``reject(where, why)`` (``where``: ``"PATH:LINE"``). A missing file raises FileNotFoundError."""
+    path = Path(path)
+    out = []
+    for lineno, line, row, torn in _scan(path):
+        if row is not None:
+            out.append((lineno, row))
+        elif torn:
+            _report(on_skip, _torn_message(path, lineno, line))
+        else:
+            raise reject(f"{path}:{lineno}", _not_an_object(line))
+    return out
+
+
+def _not_an_object(line: str) -> str:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return str(exc)
+    return f"a JSON {type(value).__name__}, not an object"
 
 
 def repair_tail(path: Path | str, *, on_skip: OnSkip | None = None) -> bool:

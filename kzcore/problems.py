@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from kzcore.errors import ProblemFormatError
+from kzcore.jsonl import read_jsonl_numbered
 from kzcore.types import Candidate, Problem
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -72,16 +72,16 @@ def _natural_key(p: Problem):
 
 def load_problem_jsonl(path: Path) -> list[Problem]:
     """One problem per line: {"name": ..., "code": ..., "level": optional int}."""
+
+    def reject(where: str, why: str) -> ProblemFormatError:
+        return ProblemFormatError(f"{where}: expected a JSON object with 'name' and 'code' ({why})")
+
     problems = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    for lineno, row in read_jsonl_numbered(path, reject):
         where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-            name, code = row["name"], row["code"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ProblemFormatError(f"{where}: expected a JSON object with 'name' and 'code' ({exc})") from None
+        if "name" not in row or "code" not in row:
+            raise reject(where, f"missing {', '.join(repr(k) for k in ('name', 'code') if k not in row)}")
+        name, code = row["name"], row["code"]
         check_problem_source(code, where)
         problems.append(
             Problem(name=str(name), source=code, level=int(row.get("level", 0)), path=None, suite=path.stem)
@@ -248,16 +248,15 @@ def load_solutions(spec: str, problems: list[Problem], language: str, pm=None) -
 
 
 def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) -> list[Candidate]:
+    def reject(where: str, why: str) -> ProblemFormatError:
+        return ProblemFormatError(f"{where}: expected a JSON object with 'problem' ({why})")
+
     levels = {p.name: p.level for p in problems}
     out, seen = [], {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            name = str(row["problem"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ProblemFormatError(f"{path}:{lineno}: expected a JSON object with 'problem' ({exc})") from None
+    for lineno, row in read_jsonl_numbered(path, reject):
+        if "problem" not in row:
+            raise reject(f"{path}:{lineno}", "missing 'problem'")
+        name = str(row["problem"])
         if name not in levels:
             continue
         text = {k: row[k] for k in ("code", "completion") if k in row}

@@ -14,6 +14,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.jsonl import append_jsonl, read_jsonl_numbered
 from kzcore.proposer.gates import GATE_ORDER, GateResult
 from kzcore.types import Problem
 
@@ -116,29 +117,30 @@ class TaskRecord:
 
 
 def append_records(path: str | Path, records: Iterable[TaskRecord]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        for record in records:
-            f.write(json.dumps(record.to_json()) + "\n")
-        f.flush()
+    """Append one line per record (a torn last line left by an interrupted append is cut off first)."""
+    append_jsonl(path, [record.to_json() for record in records])
 
 
 def read_pool(path: str | Path) -> list[TaskRecord]:
+    """Every record in the pool file. A torn last line (an interrupted append) is skipped with a warning;
+    any other line that is not a task record is a PoolError naming it, so that nothing is dropped from a
+    pool that `record_pass_rates` then rewrites."""
     path = Path(path)
+
+    def reject(where: str, why: str) -> PoolError:
+        return PoolError(f"{where}: not a task record ({why})")
+
     try:
-        lines = path.read_text().splitlines()
+        rows = read_jsonl_numbered(path, reject)
     except OSError as exc:
         raise PoolError(f"task pool {path}: cannot read ({exc.strerror})") from None
     records = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, row in rows:
         try:
-            records.append(TaskRecord.from_json(json.loads(line)))
+            records.append(TaskRecord.from_json(row))
         except PoolError as exc:
             raise PoolError(f"{path}:{lineno}: {exc}") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise PoolError(f"{path}:{lineno}: not a task record ({type(exc).__name__}: {exc})") from None
     return records
 
@@ -224,7 +226,8 @@ def pass_rate_histogram(records: list[TaskRecord], path: str | Path, bins: int =
 
 
 def to_hf_dataset(path: str | Path, cache_dir: str | Path | None = None):
-    """The pool file as a ``datasets.Dataset`` (one row per record, same fields as the JSON)."""
+    """The pool file as a ``datasets.Dataset`` (one row per record, same fields as the JSON), read with
+    `read_pool` (so a torn last line is skipped). Built in memory: ``cache_dir`` is accepted and unused."""
     try:
         import datasets
     except ImportError:
@@ -232,6 +235,4 @@ def to_hf_dataset(path: str | Path, cache_dir: str | Path | None = None):
     path = Path(path)
     if not path.is_file():
         raise PoolError(f"task pool {path}: no such file")
-    return datasets.load_dataset(
-        "json", data_files=str(path), split="train", cache_dir=str(cache_dir) if cache_dir else None
-    )
+    return datasets.Dataset.from_list([record.to_json() for record in read_pool(path)])

@@ -16,6 +16,7 @@ import attrs
 
 from kzcore.errors import KzError
 from kzcore.evaluate.runner import map_prepared
+from kzcore.jsonl import read_jsonl
 from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, gather_verdicts
 from kzcore.types import Candidate, EvalJob, Problem
@@ -216,7 +217,7 @@ def run_coder_phase(
     dataset.to_json(str(output_dir / "tasks.jsonl"))
     metrics = run_grpo(model, dataset, [reward], settings, output_dir)
     (output_dir / "pass_rates.json").write_text(json.dumps(reward.tally, indent=1))
-    rows = [json.loads(x) for x in (output_dir / "rewards.jsonl").read_text().splitlines()]
+    rows = read_jsonl(output_dir / "rewards.jsonl")
     metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0
     metrics["frac_groups_zero_std"] = statistics.fmean(r["frac_groups_zero_std"] for r in rows) if rows else 1.0
     metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)

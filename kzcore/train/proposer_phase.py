@@ -20,6 +20,7 @@ import attrs
 
 from kzcore.evaluate.problem_check import check_problems
 from kzcore.evaluate.runner import map_prepared
+from kzcore.jsonl import read_jsonl
 from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
@@ -177,7 +178,7 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
             metrics = run_grpo(trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model")
     finally:
         coder.close()
-    rows = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
+    rows = read_jsonl(log_path)
     metrics["accepted"] = sum(r["accepted"] for r in rows)
     metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
     return metrics

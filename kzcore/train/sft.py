@@ -3,12 +3,12 @@ covers the completion only). Imports TRL lazily: the rest of kzcore works withou
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.jsonl import read_jsonl_numbered
 
 
 @attrs.frozen
@@ -25,11 +25,14 @@ class SFTSettings:
 
 
 def load_sft_rows(path: Path) -> list[dict]:
+    """The prompt/completion rows of a distilled JSONL file. A torn last line is skipped with a warning; any
+    other line that is not a JSON object with 'prompt' and 'completion' is a KzError naming it."""
+
+    def reject(where: str, why: str) -> KzError:
+        return KzError(f"{where}: SFT rows need 'prompt' and 'completion' (chat messages); not a JSON object ({why})")
+
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for lineno, row in read_jsonl_numbered(path, reject):
         if "prompt" not in row or "completion" not in row:
             raise KzError(f"{path}:{lineno}: SFT rows need 'prompt' and 'completion' (chat messages)")
         rows.append({"prompt": row["prompt"], "completion": row["completion"]})
