@@ -96,3 +96,36 @@ def test_worker_gpus_are_the_machines_gpus_that_kz_was_given(monkeypatch):
     assert physical_gpu("1") == "GPU-bbbb"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert physical_gpu("1") == "1"
+
+
+def test_one_process_per_gpu_pins_its_pool_to_its_own_gpu():
+    from kzcore.executors.local import pool_gpus
+
+    assert pool_gpus(8, {}) == [str(i) for i in range(8)]  # kz eval, or one training process: every GPU
+    assert pool_gpus(8, {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8"}) == ["3"]
+    assert pool_gpus(2, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) == ["0", "1"]  # a launcher with 1 process
+    assert pool_gpus(1, {"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8"}) == ["0"]  # visible devices already narrowed
+    import pytest
+
+    from kzcore.errors import KzError
+
+    with pytest.raises(KzError, match="LOCAL_RANK=4 but this process sees only 2 GPU"):
+        pool_gpus(2, {"LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "8"})
+
+
+def test_a_training_process_pool_puts_every_worker_on_its_rank_gpu(monkeypatch):
+    """Under `accelerate launch` with 8 processes on 8 GPUs, rank 3's evaluator workers all run on GPU 3 (the
+    machine's GPU 3 as CUDA_VISIBLE_DEVICES names it), not spread over all eight."""
+    import kzcore.executors.local as local
+    from kzcore.types import EvalConfig
+
+    monkeypatch.setattr(local, "resolve_device", lambda device: "cuda")
+    monkeypatch.setattr(local, "gpu_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,5,4,3,6,7")
+    pool = local.LocalPool(config=EvalConfig(workers_per_gpu=2), plugins=[])
+    assert pool.slots == ["3", "3"]
+    assert pool._env(pool.slots[0])["CUDA_VISIBLE_DEVICES"] == "5"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert local.LocalPool(config=EvalConfig(workers_per_gpu=1), plugins=[]).slots == [str(i) for i in range(8)]

@@ -62,6 +62,22 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def pool_gpus(count: int, environ=os.environ) -> list[str]:
+    """The visible GPUs (indices as strings) this process's pool puts workers on: all ``count`` of them, but
+    under a launcher that starts one process per GPU (``accelerate launch``, ``torchrun``: ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE`` > 1 in the environment) only the process's own, ``LOCAL_RANK`` — otherwise every
+    training process would spread its evaluator workers over every GPU, and their timings would collide."""
+    local_world = int(environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    rank = environ.get("LOCAL_RANK")
+    if local_world > 1 and rank is not None and count > 0:
+        if count == 1:  # the launcher already narrowed CUDA_VISIBLE_DEVICES to this process's GPU
+            return ["0"]
+        if int(rank) >= count:
+            raise KzError(f"LOCAL_RANK={rank} but this process sees only {count} GPU(s)")
+        return [str(int(rank))]
+    return [str(i) for i in range(count)]
+
+
 class ChannelError(Exception):
     """What came over a worker's pipe is not a message of ours (a candidate wrote into it or closed it)."""
 
@@ -257,7 +273,7 @@ class LocalPool:
         self.ctx = mp.get_context("spawn")
         self.locks: dict[str, DeviceLock] = {}
         if self.device == "cuda":
-            gpus = [str(i) for i in range(gpu_count())]
+            gpus = pool_gpus(gpu_count())
             per_gpu = self.config.workers_per_gpu
             n = workers or len(gpus) * per_gpu
             self.slots = [gpus[i % len(gpus)] for i in range(n)]

@@ -1,0 +1,183 @@
+"""`kz train --dry-run`: what a config would run, without training — the phases, each process's GPU, the
+Coder's and the Proposer's batch layout across processes, the evaluator workers, and whether every named
+component exists here (plugins, problem sets, models, teacher). Errors a launch would hit after minutes
+(a batch layout TRL refuses, an unknown language or executor) are errors here; things that only live on the
+target machine (model weights, a KernelBench checkout) are listed as missing, not fatal.
+
+Neighbours: kzcore.train.config (the config), kzcore.train.trainer (what runs), kzcore.executors.local
+(``pool_gpus``: one process's evaluator workers stay on its own GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kzcore.errors import KzError
+from kzcore.train.config import TrainConfig
+from kzcore.train.schedule import phase_id
+
+
+def launcher_processes(accelerate_config: str | None, processes: int | None) -> int:
+    """The number of training processes: ``processes`` if given, else ``num_processes`` of an accelerate
+    config file, else 1."""
+    if processes is not None:
+        if processes < 1:
+            raise KzError(f"--processes must be at least 1, got {processes}")
+        return processes
+    if accelerate_config is None:
+        return 1
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(accelerate_config).read_text()) or {}
+    except FileNotFoundError:
+        raise KzError(f"{accelerate_config}: no such accelerate config") from None
+    except yaml.YAMLError as exc:
+        raise KzError(f"{accelerate_config}: not valid YAML ({exc})") from None
+    n = data.get("num_processes", 1)
+    if not isinstance(n, int) or n < 1:
+        raise KzError(f"{accelerate_config}: num_processes must be a positive integer, got {n!r}")
+    return n
+
+
+def batch_layout(settings, processes: int, role: str) -> dict:
+    """Completions and prompts per optimizer step across ``processes``; TRL needs the global batch to be a
+    multiple of the group size (one prompt's ``num_generations`` completions, spread over processes)."""
+    total = settings.batch_size * processes
+    if total % settings.num_generations:
+        raise KzError(
+            f"[{role}] batch_size {settings.batch_size} x {processes} process(es) = {total} completions per step, "
+            f"not a multiple of num_generations {settings.num_generations}: TRL would refuse it at launch"
+        )
+    return {
+        "completions_per_process": settings.batch_size,
+        "completions_per_step": total,
+        "prompts_per_step": total // settings.num_generations,
+        "group_size": settings.num_generations,
+        "max_completion_length": settings.max_completion_length,
+        "generation": f"vLLM ({settings.vllm_mode})" if settings.use_vllm else "transformers generate",
+    }
+
+
+def _model(spec: str, pm) -> dict:
+    from kzcore.plugins import policies
+    from kzcore.policy import parse_policy_spec
+
+    if Path(spec).is_dir():
+        return {"spec": spec, "kind": "checkpoint directory", "here": True}
+    name, arg = parse_policy_spec(spec)
+    if name not in policies(pm).items:
+        if spec.startswith("/") or spec.startswith("."):
+            return {"spec": spec, "kind": "checkpoint directory", "here": False}
+        installed = ", ".join(sorted(policies(pm).items))
+        raise KzError(f"model {spec!r}: neither a directory nor a policy (installed policies: {installed})")
+    here = not arg or not arg.startswith("/") or Path(arg.split("?")[0]).exists()
+    return {"spec": spec, "kind": f"policy {name}", "here": here}
+
+
+def _problems(specs, pm) -> dict:
+    from kzcore.problems import load_problems
+
+    out = {}
+    for spec in specs:
+        try:
+            out[spec] = len(load_problems(spec, pm=pm))
+        except KzError as exc:
+            out[spec] = f"missing here ({exc})"
+    return out
+
+
+def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
+    """Everything `kz train` would set up for ``config`` on ``processes`` training processes (one GPU each)."""
+    from kzcore.plugins import executors, get_plugin_manager, policies, require_language
+
+    pm = pm or get_plugin_manager()
+    for language in config.plugins.languages:
+        require_language(language, pm)
+    executors(pm).get(config.plugins.executor)
+    policies(pm).get(config.plugins.generation.partition("?")[0])  # held-out sampling goes through a policy
+    teacher_kind = config.distill.teacher.partition(":")[0]
+    plan: dict = {
+        "processes": processes,
+        "phases": [
+            {"id": phase_id(p), "role": p.role, "steps": p.steps, **({"frozen": True} if p.frozen else {})}
+            for p in config.schedule.phases()
+        ],
+        "models": {
+            "coder": _model(config.models.coder, pm),
+            "proposer": "same as the Coder" if config.models.proposer == "same" else _model(config.models.proposer, pm),
+        },
+        "teacher": (
+            {"spec": config.distill.teacher, "kind": "a suite's solutions"}
+            if teacher_kind == "solutions"
+            else _model(config.distill.teacher, pm)
+        ),
+        "languages": list(config.plugins.languages),
+        "coder_batch": batch_layout(config.coder, processes, "coder"),
+        "proposer_batch": batch_layout(config.proposer_grpo, processes, "proposer_grpo"),
+        "evaluator": _evaluator(config, processes),
+        "problems": {
+            "coldstart": _problems([config.problems.coldstart], pm),
+            "tasks": _problems([config.problems.tasks], pm),
+            "heldout": _problems(config.problems.heldout, pm),
+        },
+        "heldout": {"n": config.heldout.n, "k": [k for k in config.heldout.k if k <= config.heldout.n]},
+        "warnings": (
+            [
+                "distillation, the Proposer's gates and held-out evaluation are not rank-aware yet: every process "
+                "runs them (only the GRPO steps and their CA-GRPO groups are shared across processes)"
+            ]
+            if processes > 1
+            else []
+        ),
+    }
+    return plan
+
+
+def _evaluator(config: TrainConfig, processes: int) -> dict:
+    per_gpu = config.eval.workers_per_gpu
+    workers = config.plugins.workers
+    if processes > 1:
+        n = workers or per_gpu
+        where = f"{n} worker(s) per process, on that process's own GPU (LOCAL_RANK)"
+    else:
+        n = workers
+        where = f"{workers} worker(s) over every visible GPU" if workers else f"{per_gpu} worker(s) on each GPU"
+    return {
+        "executor": config.plugins.executor,
+        "workers": n,
+        "placement": where,
+        "total": (n or 0) * processes or None,
+    }
+
+
+def format_plan(plan: dict) -> list[str]:
+    """The plan as lines for a terminal."""
+    lines = [f"processes: {plan['processes']} (one GPU each)"]
+    lines.append(
+        "phases: " + ", ".join(p["id"] + (f" ({p['steps']} steps)" if p["steps"] else "") for p in plan["phases"])
+    )
+    for role, model in plan["models"].items():
+        lines.append(f"{role}: {_describe(model)}")
+    lines.append(f"teacher: {_describe(plan['teacher'])}")
+    lines.append(f"languages: {', '.join(plan['languages'])}")
+    for key, label in (("coder_batch", "Coder"), ("proposer_batch", "Proposer")):
+        b = plan[key]
+        lines.append(
+            f"{label} step: {b['prompts_per_step']} prompt(s) x {b['group_size']} = {b['completions_per_step']} completions "
+            f"({b['completions_per_process']} per process, groups gathered across processes), "
+            f"<= {b['max_completion_length']} tokens, {b['generation']}"
+        )
+    e = plan["evaluator"]
+    lines.append(f"evaluator: {e['executor']}, {e['placement']}")
+    for kind, sets in plan["problems"].items():
+        for spec, count in sets.items():
+            lines.append(f"{kind} problems {spec}: {count}")
+    lines.append(f"held-out: n = {plan['heldout']['n']}, pass@k for k in {plan['heldout']['k']}")
+    lines += [f"warning: {w}" for w in plan["warnings"]]
+    return lines
+
+
+def _describe(model) -> str:
+    if isinstance(model, str):
+        return model
+    return f"{model['spec']} ({model['kind']}{'' if model.get('here', True) else ', missing here'})"

@@ -1,0 +1,66 @@
+"""`kz train --dry-run`: the plan of a run without training it — checked in CI on the 8-GPU recipe, which
+cannot run here (no GPUs, no 7B weights): every component it names is built or looked up, and a layout TRL
+would refuse at launch fails here first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kzcore.errors import KzError
+from kzcore.train.config import load_config
+from kzcore.train.plan import batch_layout, format_plan, launcher_processes, training_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = ROOT / "configs" / "kernelzero-8gpu.toml"
+ACCELERATE = ROOT / "configs" / "accelerate" / "zero3-8gpu.yaml"
+
+
+def test_the_8gpu_recipe_plan(plugins):
+    pm = plugins("kz_triton", "kz_cuda", "kz_models")
+    config = load_config(RECIPE)
+    plan = training_plan(config, launcher_processes(str(ACCELERATE), None), pm=pm)
+    assert plan["processes"] == 8
+    assert [p["id"] for p in plan["phases"]][:4] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
+    assert len(plan["phases"]) == 2 + 4 * 2
+    coder = plan["coder_batch"]
+    assert (coder["completions_per_process"], coder["completions_per_step"], coder["prompts_per_step"]) == (10, 80, 16)
+    assert coder["generation"] == "vLLM (colocate)"
+    assert plan["evaluator"]["placement"].startswith("1 worker(s) per process, on that process's own GPU")
+    assert plan["evaluator"]["total"] == 8
+    assert plan["models"]["coder"]["here"] is False  # the weights live on the target machine only
+    assert all("missing here" in str(v) for v in plan["problems"]["heldout"].values())
+    assert plan["problems"]["tasks"] == {"builtin": 40}
+    lines = format_plan(plan)
+    assert lines[0] == "processes: 8 (one GPU each)"
+    assert any(line.startswith("Coder step: 16 prompt(s) x 5 = 80 completions") for line in lines)
+    assert any(line.startswith("warning: distillation") for line in lines)  # not rank-aware yet, said so
+
+
+def test_a_layout_trl_would_refuse_fails_in_the_plan():
+    config = load_config(RECIPE)
+    with pytest.raises(KzError, match=r"\[coder\] batch_size 10 x 3 process\(es\) = 30 .* not a multiple of num_generations 4"):
+        batch_layout(attrs.evolve(config.coder, num_generations=4), 3, "coder")
+    assert batch_layout(config.coder, 1, "coder")["prompts_per_step"] == 2
+
+
+def test_processes_from_the_flag_the_accelerate_file_or_one(tmp_path):
+    assert launcher_processes(None, None) == 1
+    assert launcher_processes(str(ACCELERATE), 2) == 2
+    bad = tmp_path / "a.yaml"
+    bad.write_text("num_processes: eight\n")
+    with pytest.raises(KzError, match="num_processes must be a positive integer"):
+        launcher_processes(str(bad), None)
+    with pytest.raises(KzError, match="no such accelerate config"):
+        launcher_processes(str(tmp_path / "none.yaml"), None)
+
+
+def test_an_unknown_language_fails_the_plan(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[plugins]\nlanguages = ["fortran"]\n')
+    with pytest.raises(KzError, match="no plugin handles language 'fortran'"):
+        training_plan(load_config(config))
