@@ -38,12 +38,13 @@ def _load_problems(spec: str, kernelbench: str | None = None):
     """``load_problems``, with a one-line error naming a suite's levels when ``spec`` asks for one it lacks.
     ``kernelbench``: the KernelBench checkout for ``kernelbench[:levels]`` (--kernelbench)."""
     from kzcore.plugins import suites
-    from kzcore.problems import load_problems, parse_suite_spec
+    from kzcore.problems import KERNELBENCH, KERNELBENCH_LEVELS, load_problems, parse_suite_spec
 
     if not Path(spec).exists():
         name, levels = parse_suite_spec(spec)
-        if levels and name in suites().items:
-            have = {p.level for p in load_problems(name)}
+        if levels and (name in suites().items or name == KERNELBENCH):
+            # KernelBench's levels are known without a checkout: the error comes before asking for one
+            have = set(KERNELBENCH_LEVELS) if name not in suites().items else {p.level for p in load_problems(name)}
             if missing := sorted(levels - have):
                 raise KzError(
                     f"suite {name!r} has no level {', '.join(map(str, missing))}; "
@@ -53,18 +54,33 @@ def _load_problems(spec: str, kernelbench: str | None = None):
 
 
 def _size_profiles(source: str) -> list[str]:
-    """The profile "full" and the keys of the problem's literal ``KZ_SIZES`` dict, read without importing it."""
+    """The size profiles the evaluator can run ``source`` at, read without importing it: "full", the keys of
+    its literal ``KZ_SIZES`` dict, then "small" and "alt" where it lacks them and `sizes.derive_profile` derives
+    them (as `sizes.apply_profile` would; named with the `sizes.DERIVED` suffix)."""
     import ast
+
+    from kzcore.evaluate.sizes import DERIVED, derive_profile
 
     profiles = ["full"]
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return profiles
+    own: dict = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KZ_SIZES" for t in node.targets):
             if isinstance(node.value, ast.Dict):
-                profiles += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+                keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+                try:
+                    values = ast.literal_eval(node.value)
+                except ValueError:
+                    values = {}
+                own = {k: values.get(k) if isinstance(values, dict) else None for k in keys}
+    profiles += list(own)
+    small = own.get("small") if isinstance(own.get("small"), dict) else None
+    for profile in ("small", "alt"):
+        if profile not in own and derive_profile(source, profile, base=small)[0]:
+            profiles.append(profile + DERIVED)
     return profiles
 
 
@@ -115,6 +131,7 @@ def _suite_check(problems, args, console) -> int:
 
     config = EvalConfig(device=args.device, size=args.size, timeout_s=args.timeout)
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
+    args.saved = "nothing was saved (kz suite check prints its table once every problem is checked)"
     reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
     table = Table(title=f"problem checks: {args.spec}")
     for col in ("problem", "runs", "deterministic", "finite", "non-degenerate", "reason"):
@@ -300,6 +317,7 @@ def _cmd_distill(args) -> int:
     for language in args.language:
         require_language(language)
     problems = _load_problems(args.problems, args.kernelbench)
+    args.saved = f"teacher samples and results so far are in {args.out}; run the same command again to resume"
     kind, _, arg = args.teacher.partition(":")
     teacher = None
     if kind != "solutions":
@@ -331,6 +349,7 @@ def _cmd_sft(args) -> int:
         max_steps=args.max_steps, learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length,
         use_cpu=args.cpu, report_to=tuple(args.report_to),
     )  # fmt: skip
+    args.saved = f"nothing was saved (kz sft writes the checkpoint to {args.out} when training ends)"
     metrics = run_sft(args.model, Path(args.data), Path(args.out), settings)
     print(json.dumps(metrics))
     return 0
@@ -341,6 +360,14 @@ def _cmd_train(args) -> int:
     from kzcore.train.schedule import phases_until
 
     config = load_config(Path(args.config))  # types checked here and the device below: before any phase runs
+    if args.dry_run:
+        from kzcore.train.plan import format_plan, launcher_processes, training_plan
+
+        plan = training_plan(config, launcher_processes(args.accelerate_config, args.processes))
+        print("\n".join(format_plan(plan)))
+        return 0
+    if args.processes is not None or args.accelerate_config is not None:
+        raise UsageError("--processes and --accelerate-config only go with --dry-run (launch with accelerate launch)")
     roles = None if args.until is None else {p.role for p in phases_until(config.schedule, args.until)}
     check_device(config, roles=roles)
     if args.run_dir:
@@ -549,21 +576,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("plugins", help="list loaded plugins, their hooks and what each registers").set_defaults(
-        func=_cmd_plugins
-    )
+    sub.add_parser(
+        "plugins", help="list loaded plugins, their hooks and what each registers",
+        description="The plugins kz loaded (entry points of the 'kzcore' group and the built-ins), the hooks each "
+        "implements, and the kernel languages, executors, policies and suites each registers.",
+    ).set_defaults(func=_cmd_plugins)  # fmt: skip
 
-    suite = sub.add_parser("suite", help="list suites or show a suite's problems")
+    suite = sub.add_parser(
+        "suite", help="list suites or show a suite's problems",
+        description="Problem suites: list the registered ones, show a suite's problems (or one problem's "
+        "source), or check that each problem runs and gives a usable reference output.",
+    )  # fmt: skip
     suite_sub = suite.add_subparsers(dest="suite_cmd", required=True)
-    suite_sub.add_parser("list", help="registered suites and their problem counts").set_defaults(func=_cmd_suite)
-    show = suite_sub.add_parser("show", help="a suite's problems and size profiles, or one problem's source")
+    suite_sub.add_parser(
+        "list", help="registered suites and their problem counts",
+        description="Every registered suite, where its files are, and how many problems each level holds.",
+    ).set_defaults(func=_cmd_suite)  # fmt: skip
+    show = suite_sub.add_parser(
+        "show", help="a suite's problems and size profiles, or one problem's source",
+        description="A table of the problems of a suite, a level of one (builtin:1, kernelbench:2) or a path, "
+        "with the size profiles each runs at: its own KZ_SIZES profiles, and the small and alt profiles the "
+        "evaluator derives from its size constants where it has none (marked derived). With NAME: that "
+        "problem's source, verbatim.",
+    )  # fmt: skip
     show.add_argument("spec", help="suite name (builtin[:level]) or path")
     show.add_argument("name", nargs="?", help="a problem name: print its source")
     show.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     show.set_defaults(func=_cmd_suite)
     check = suite_sub.add_parser(
-        "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate"
-    )
+        "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate",
+        description="Run each problem's reference in a sandboxed evaluator worker and report whether it runs, "
+        "gives the same output twice, gives finite outputs, and is not degenerate (outputs a constant "
+        "kernel would match). Nothing is written; a problem failing a check is not an error.",
+    )  # fmt: skip
     check.add_argument("spec", help="suite name (builtin[:level]) or path")
     check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where problems run")
     check.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
@@ -576,7 +621,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     check.set_defaults(func=_cmd_suite, name=None)
 
-    ev = sub.add_parser("eval", help="evaluate solutions on problems")
+    ev = sub.add_parser(
+        "eval", help="evaluate solutions on problems",
+        description="Evaluate candidate kernels on problems: each candidate runs in a sandboxed worker, is "
+        "checked against the reference over several trials (and a second shape) and, on a GPU, timed. "
+        "Candidates come from --solutions, or are first sampled from a model with --policy. Results are "
+        "appended to --out and the same command resumes where it stopped; a score table ends the run.",
+    )  # fmt: skip
     ev.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     ev.add_argument("--solutions", default=None, help="a directory, a .jsonl, or a suite name (its own solutions)")
     ev.add_argument("--completions", default=None, help="with --policy: where completions go (default: next to --out)")
@@ -593,7 +644,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.set_defaults(func=_cmd_eval)
 
-    sa = sub.add_parser("sample", help="sample candidate solutions from a policy into a completions JSONL")
+    sa = sub.add_parser(
+        "sample", help="sample candidate solutions from a policy into a completions JSONL",
+        description="Prompt a policy (a model backend, NAME[:ARG]) with each problem and append its "
+        "completions to --out, without evaluating them; the same command resumes, asking only for what is "
+        "missing. kz eval --solutions OUT evaluates them later.",
+    )  # fmt: skip
     sa.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     sa.add_argument("--language", default="triton", help="kernel language the policy is asked to write")
     sa.add_argument("--out", default="runs/completions.jsonl", help="completions JSONL (appended; resumes)")
@@ -602,7 +658,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_args(sa, "the policy backend, NAME[:ARG]")
     sa.set_defaults(func=_cmd_sample)
 
-    di = sub.add_parser("distill", help="cold start: teacher kernels, verified, into an SFT dataset")
+    di = sub.add_parser(
+        "distill", help="cold start: teacher kernels, verified, into an SFT dataset",
+        description="The cold start: kernels from a teacher policy (or a suite's reference solutions) are "
+        "evaluated, and the correct ones (with --only-faster, the faster ones) become prompt/completion rows "
+        "in OUT/sft.jsonl for kz sft. Teacher samples and results are kept in --out; the same command resumes.",
+    )  # fmt: skip
     di.add_argument("--teacher", required=True, help="a policy spec, or solutions:SUITE for a suite's references")
     di.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     di.add_argument("--language", action="append", default=None, help="repeatable (default: triton)")
@@ -615,7 +676,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_args(di)
     di.set_defaults(func=_cmd_distill)
 
-    sf = sub.add_parser("sft", help="fine-tune a checkpoint on a distilled dataset (TRL SFTTrainer)")
+    sf = sub.add_parser(
+        "sft", help="fine-tune a checkpoint on a distilled dataset (TRL SFTTrainer)",
+        description="Supervised fine-tuning of a local checkpoint on the sft.jsonl of kz distill with TRL's "
+        "SFTTrainer (the loss covers the completions only); the model is saved to --out at the end and the "
+        "metrics are printed as JSON. Needs the train extra (trl, datasets).",
+    )  # fmt: skip
     sf.add_argument("--model", required=True, help="a checkpoint directory")
     sf.add_argument("--data", required=True, help="sft.jsonl from kz distill")
     sf.add_argument("--out", default="runs/sft", help="output directory for the fine-tuned checkpoint")
@@ -627,7 +693,13 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
     sf.set_defaults(func=_cmd_sft)
 
-    pr = sub.add_parser("propose", help="Proposer: API sets -> modules -> gates -> task pool")
+    pr = sub.add_parser(
+        "propose", help="Proposer: API sets -> modules -> gates -> task pool",
+        description="The Proposer: sample sets of PyTorch APIs from the catalog, ask a policy for a problem "
+        "module using each, pass every module through the gates (parses, runs in a worker, deterministic, "
+        "not degenerate, not a duplicate), and append one record per module, accepted or not, to the task "
+        "pool --out, batch by batch.",
+    )  # fmt: skip
     pr.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the Proposer's policy")
     pr.add_argument("--n", type=int, default=8, help="modules to propose")
     pr.add_argument("--out", default="runs/pool.jsonl", help="task pool JSONL (appended)")
@@ -644,30 +716,64 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     pr.set_defaults(func=_cmd_propose)
 
-    po = sub.add_parser("pool", help="task pool tools")
+    po = sub.add_parser(
+        "pool", help="task pool tools",
+        description="Tools for the task pool that kz propose (and the trainer's Proposer phases) write.",
+    )  # fmt: skip
     po_sub = po.add_subparsers(dest="pool_cmd", required=True)
-    ps = po_sub.add_parser("stats", help="gate failure counts and a pass-rate histogram PNG")
+    ps = po_sub.add_parser(
+        "stats", help="gate failure counts and a pass-rate histogram PNG",
+        description="How many modules of a task pool were accepted, which gate the others failed first (and "
+        "why), and a histogram PNG of the Coder pass rates recorded for accepted tasks.",
+    )  # fmt: skip
     ps.add_argument("pool", help="task pool JSONL (from kz propose)")
     ps.add_argument("--png", default=None, help="histogram path (default: next to the pool file)")
     ps.set_defaults(func=_cmd_pool)
 
-    tr = sub.add_parser("train", help="the alternating KernelZero trainer from a TOML config")
+    tr = sub.add_parser(
+        "train", help="the alternating KernelZero trainer from a TOML config",
+        description="The KernelZero schedule from a TOML config: a cold start (distillation, then SFT), then "
+        "rounds of Proposer phases that grow the task pool and Coder GRPO phases that train on it, scored on "
+        "held-out problems. The config is checked before any phase runs; finished phases are recorded in the "
+        "run directory, so the same command resumes.",
+    )  # fmt: skip
     tr.add_argument("--config", required=True, help="TOML config (docs/training.md lists every key)")
     tr.add_argument("--run-dir", default=None, help="override [run] dir")
     tr.add_argument(
         "--until", default=None, metavar="PHASE",
         help="stop after this phase id (e.g. 00-distill: build the cold-start set here, train elsewhere)",
     )  # fmt: skip
+    tr.add_argument(
+        "--dry-run", action="store_true",
+        help="print the plan (phases, processes, batch layout, evaluator workers, what exists here); train nothing",
+    )  # fmt: skip
+    tr.add_argument(
+        "--processes", type=int, default=None, help="with --dry-run: training processes (one GPU each)"
+    )  # fmt: skip
+    tr.add_argument(
+        "--accelerate-config", default=None, metavar="YAML",
+        help="with --dry-run: take the process count from this accelerate config's num_processes",
+    )  # fmt: skip
     tr.set_defaults(func=_cmd_train)
 
-    se = sub.add_parser("serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint")
+    se = sub.add_parser(
+        "serve", help="serve a policy as an OpenAI-compatible chat-completions endpoint",
+        description="Serve a policy at http://HOST:PORT/v1/chat/completions, so OpenAI-compatible clients "
+        "(and kz's own openai: policy) can sample from it. Requests must carry $KZ_SERVE_API_KEY as a bearer "
+        "token when it is set.",
+    )  # fmt: skip
     se.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the policy to serve")
     se.add_argument("--host", default="127.0.0.1", help="address to listen on")
     se.add_argument("--port", type=int, default=8000, help="port to listen on")
     se.add_argument("--model-name", default=None, help="model id clients see (default: the policy spec)")
     se.set_defaults(func=_cmd_serve)
 
-    rep = sub.add_parser("report", help="score table and speedup histogram of a results file")
+    rep = sub.add_parser(
+        "report", help="score table, verdicts per level and (when timed) speedup histogram of a results file",
+        description="The score table (pass@k, fast_p@k, per level) of a results file from kz eval, the reasons "
+        "of the failures, and a PNG with the verdict breakdown per level, plus a histogram of the speedups "
+        "when the results hold timings (GPU runs).",
+    )  # fmt: skip
     rep.add_argument("results", help="results JSONL (from kz eval)")
     rep.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
     rep.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
@@ -724,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kz: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the one place every command's Ctrl-C ends: one line, exit 130
-        print(f"kz: interrupted{': ' + args.saved if getattr(args, 'saved', '') else ''}", file=sys.stderr)
+        print(f"kz: interrupted: {getattr(args, 'saved', '') or 'nothing was saved'}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

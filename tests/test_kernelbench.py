@@ -4,6 +4,7 @@ degenerate ones, where a kernel that writes zeros or a constant must never count
 
 from __future__ import annotations
 
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -17,6 +18,7 @@ from kzcore.evaluate.runner import evaluate
 from kzcore.metrics import summarize
 from kzcore.problems import import_module_from_file, load_problems
 from kzcore.types import Candidate, EvalConfig, Status
+from tests.test_newcomer import error_line, kz
 
 DATA = Path(__file__).resolve().parent / "data"
 CHECKOUT = DATA / "kernelbench"
@@ -77,6 +79,57 @@ def test_offline_dataset_fetch_fails_with_a_one_line_error(monkeypatch, capsys):
     assert main(["suite", "show", "kernelbench:2"]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "KZ_KERNELBENCH" in err and "ConnectionError" in err
+
+
+NO_CHECKOUT = (
+    "kz: error: kernelbench: no local checkout "
+    "(set KZ_KERNELBENCH=/path/to/KernelBench (a checkout) or pass --kernelbench PATH)"
+)
+
+
+def test_kz_without_a_checkout_or_the_datasets_package(tmp_path):
+    """`kz` as a user runs it: no checkout, and `import datasets` fails (a package of that name that raises,
+    first on the path); KZ_* variables are not passed on (the kz helper)."""
+    blocker = tmp_path / "blocked" / "datasets"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("datasets is blocked for this test")\n')
+    out = tmp_path / "r.jsonl"
+    args = ["eval", "--problems", "kernelbench:1", "--solutions", str(tmp_path), "--out", str(out)]
+    proc = kz(*args, PYTHONPATH=str(blocker.parent))
+    assert proc.returncode == 1
+    assert error_line(proc) == (
+        f"{NO_CHECKOUT}; the `datasets` package that would fetch ScalingIntelligence/KernelBench is not installed"
+    )
+    assert not out.exists()
+    missing = kz("suite", "show", "kernelbench:1", "--kernelbench", str(tmp_path / "no-such-dir"))
+    assert missing.returncode == 1
+    assert error_line(missing) == (
+        f"kz: error: KernelBench checkout '{tmp_path / 'no-such-dir'}' (KZ_KERNELBENCH or --kernelbench): "
+        "no such directory"
+    )
+
+
+def test_kz_without_a_checkout_offline(tmp_path):
+    """The datasets package is there but the hub cannot be reached (offline, nothing cached)."""
+    pytest.importorskip("datasets")
+    offline = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = kz("suite", "show", "kernelbench:1", **offline)
+    assert proc.returncode == 1
+    line = error_line(proc)
+    assert line.startswith(f"{NO_CHECKOUT} and fetching ScalingIntelligence/KernelBench failed (")
+    assert line.endswith(")") and "Error" in line.split("failed (")[1]  # the exception's type
+
+
+def test_kz_on_a_level_kernelbench_does_not_have(tmp_path):
+    for extra in ([], ["--kernelbench", str(CHECKOUT)]):  # no checkout needed to know KernelBench's levels
+        proc = kz("suite", "show", "kernelbench:2,4", *extra)
+        assert proc.returncode == 1
+        assert error_line(proc) == "kz: error: suite 'kernelbench' has no level 4; its levels: 1, 2, 3"
+    partial = tmp_path / "kb"  # a checkout holding level 1 only
+    shutil.copytree(LEVEL1, partial / "level1")
+    proc = kz("eval", "--problems", "kernelbench:2", "--kernelbench", str(partial), "--solutions", str(tmp_path))
+    assert proc.returncode == 1
+    assert error_line(proc) == f"kz: error: KernelBench checkout '{partial}' has no level2/"
 
 
 def test_dataset_rows_become_problems(monkeypatch):

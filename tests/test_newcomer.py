@@ -1,5 +1,5 @@
 """Issue 19, "a newcomer's day with kz": each rough edge a first user hit, as `kz` run in a subprocess (exit
-code and the one line it prints) or, for the help texts and the trainer config, through the library."""
+code and the one line it prints) or, for the help texts and the trainer configs, through the library."""
 
 from __future__ import annotations
 
@@ -128,9 +128,11 @@ def test_train_on_a_cpu_machine_with_use_cpu_false(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 
 
-def interrupt_when(args: list[str], ready) -> subprocess.CompletedProcess:
+def interrupt_when(args: list[str], ready, **env: str) -> subprocess.CompletedProcess:
     """Start `kz ARGS`, wait until ``ready()``, send SIGINT as a terminal's Ctrl-C would, collect the exit."""
-    proc = subprocess.Popen([str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env())
+    proc = subprocess.Popen(
+        [str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env(**env)
+    )
     deadline = time.monotonic() + 60
     while not ready():
         assert proc.poll() is None, proc.communicate()
@@ -142,11 +144,100 @@ def interrupt_when(args: list[str], ready) -> subprocess.CompletedProcess:
 
 
 def interrupted_line(proc: subprocess.CompletedProcess) -> str:
+    """The one line saying the command was interrupted: the last on stderr, after at most a progress bar's
+    final state; nothing else mentions the interruption (no traceback, no KeyboardInterrupt from a worker)."""
     assert proc.returncode == 130, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith("kz: interrupted: ")
+    assert [line for line in lines if "interrupt" in line.lower()] == lines[-1:], proc.stderr
+    assert lines[-1].startswith("kz: interrupted: "), lines[-1]
     return lines[-1]
+
+
+def test_ctrl_c_ends_any_command_with_one_line(monkeypatch, capsys):
+    """What `main` does for a command that saved nothing: one line that says so, exit 130."""
+    from kzcore import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_plugins", interrupted)
+    assert cli.main(["plugins"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "kz: interrupted: nothing was saved\n" and captured.out == ""
+
+
+def test_ctrl_c_while_sample_samples(tmp_path):
+    out = tmp_path / "c.jsonl"
+    args = ["sample", "--problems", str(problem_dir(tmp_path)), "--language", "python", "--batch-size", "1"]
+    args += ["--out", str(out)]
+    started = time.monotonic()
+    proc = interrupt_when([*args, "--policy", "pylang-echo:60"], lambda: len(read_jsonl(out)) >= 1)
+    line = interrupted_line(proc)
+    assert line == f"kz: interrupted: completions so far are in {out}; run the same command again to resume"
+    assert time.monotonic() - started < 60  # did not wait for the slow batch
+    assert len(read_jsonl(out)) == 1 and "completions for" not in proc.stdout
+    resumed = kz(*args, "--policy", "pylang-echo")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "3 completions for 3 problems" in resumed.stdout
+    assert sorted(row["problem"] for row in read_jsonl(out)) == ["1_ReLU", "3_Sigmoid", "5_Softplus"]
+
+
+def slow_problem(tmp_path: Path, mark: Path) -> Path:
+    """A one-problem suite whose Model takes two minutes to build; it writes ``mark`` when it starts."""
+    level1 = tmp_path / "slow" / "level1"
+    level1.mkdir(parents=True)
+    source = (SUITE / "level1" / "1_ReLU.py").read_text()
+    slow_init = f"super().__init__()\n        Path({str(mark)!r}).write_text('building')\n        time.sleep(120)"
+    source = source.replace("super().__init__()", slow_init, 1)
+    (level1 / "1_SlowReLU.py").write_text("import time\nfrom pathlib import Path\n" + source)
+    return level1.parent
+
+
+def test_ctrl_c_while_suite_check_runs_a_problem(tmp_path):
+    marks = tmp_path / "marks"  # the sandboxed worker may write here (KZ_SANDBOX_WRITABLE) and nowhere else
+    marks.mkdir()
+    suite = slow_problem(tmp_path, marks / "started")
+    args = ["suite", "check", str(suite), "--device", "cpu", "--workers", "1", "--size", "small"]
+    started = time.monotonic()
+    proc = interrupt_when(args, (marks / "started").exists, KZ_SANDBOX_WRITABLE=str(marks))
+    line = interrupted_line(proc)
+    assert line == "kz: interrupted: nothing was saved (kz suite check prints its table once every problem is checked)"
+    assert time.monotonic() - started < 60  # did not wait for the sleeping problem
+    assert "problem checks" not in proc.stdout
+
+
+def test_ctrl_c_while_propose_waits_for_the_policy(tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    args = ["propose", "--policy", "pylang-echo:60", "--n", "2", "--batch-size", "1", "--out", str(pool)]
+    args += ["--device", "cpu", "--workers", "1"]
+    started = time.monotonic()
+    proc = interrupt_when(args, lambda: len(read_jsonl(pool)) >= 1)  # the first batch is in the pool
+    assert interrupted_line(proc) == f"kz: interrupted: modules so far are in {pool}"
+    assert time.monotonic() - started < 60
+    (record,) = read_jsonl(pool)  # the echo policy writes no module: it fails the first gate, and is kept
+    assert record["gates"]["ast"]["ok"] is False and f"{record['id']} " in proc.stdout
+    assert "modules accepted" not in proc.stdout
+
+
+def test_ctrl_c_while_distill_evaluates_the_teacher(tmp_path):
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    (solutions / "1_ReLU.py").write_text(SLOW_CANDIDATE)
+    out = tmp_path / "distill"
+    args = ["distill", "--teacher", f"solutions:{solutions}", "--problems", str(problem_dir(tmp_path, ["1_ReLU"]))]
+    args += ["--language", "python", "--out", str(out), "--workers", "1", "--device", "cpu"]
+    started = time.monotonic()
+    results = out / "results-python.jsonl"
+    proc = interrupt_when(args, lambda: len(read_jsonl(results)) >= 1)  # the run header: workers are up
+    line = interrupted_line(proc)
+    assert (
+        line
+        == f"kz: interrupted: teacher samples and results so far are in {out}; run the same command again to resume"
+    )
+    assert time.monotonic() - started < 60
+    assert [row["type"] for row in read_jsonl(results, on_skip=pytest.fail)] == ["run"]
+    assert not (out / "sft.jsonl").exists()
 
 
 def test_ctrl_c_while_eval_samples_from_a_policy(tmp_path):
@@ -283,6 +374,29 @@ def test_language_default_is_in_eval_help():
     assert "(default: triton)" in " ".join(proc.stdout.split())
 
 
+def test_every_command_has_a_description():
+    """Each `kz ... --help` opens with a paragraph saying what the command does, not only its usage line."""
+    seen = []
+    for name, parser in parsers(build_parser()):
+        description = " ".join((parser.description or "").split())
+        assert len(description) > 40, f"{name} has no description paragraph"
+        assert description in " ".join(parser.format_help().split())
+        seen.append(name)
+    assert {"kz eval", "kz report", "kz suite show", "kz suite check", "kz pool stats", "kz train"} <= set(seen)
+    for command in ("eval", "report"):
+        proc = kz(command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        usage, paragraph = proc.stdout.split("\n\n")[:2]
+        assert usage.startswith(f"usage: kz {command} ") and not paragraph.lstrip().startswith("options:")
+    assert "verdict breakdown per level" in " ".join(kz("report", "--help").stdout.split())
+
+
+def test_report_summary_names_what_it_draws():
+    summary = " ".join(kz("--help").stdout.split())
+    line = summary[summary.index("report score table") :]
+    assert line.startswith("report score table, verdicts per level and (when timed) speedup histogram")
+
+
 def test_suite_show_of_a_missing_level(tmp_path):
     proc = kz("suite", "show", "builtin:9")
     assert proc.returncode == 1
@@ -296,6 +410,38 @@ def test_suite_show_lists_every_size_profile():
     assert rows["19_Matmul"] == "full, small, alt"
     source = (SUITE / "level1" / "19_Matmul.py").read_text()
     assert '"alt"' in source
+
+
+KERNELBENCH = Path(__file__).resolve().parent / "data" / "kernelbench"
+
+
+def profile_rows(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    assert proc.returncode == 0, proc.stderr
+    return {line.split("│")[2].strip(): line.split("│")[3].strip() for line in proc.stdout.splitlines() if "│" in line}
+
+
+def test_suite_show_lists_derived_profiles_of_kernelbench_files():
+    """KernelBench's files have no KZ_SIZES; the evaluator derives small and alt for them, and so says the table."""
+    derived = "full, small (derived), alt (derived)"
+    rows = profile_rows(kz("suite", "show", "kernelbench:1", "--kernelbench", str(KERNELBENCH)))
+    assert rows == {"19_ReLU": derived, "23_Softmax": derived, "90_cumprod": derived}
+    relu = KERNELBENCH / "KernelBench" / "level1" / "19_ReLU.py"
+    assert "KZ_SIZES" not in relu.read_text()
+    assert profile_rows(kz("suite", "show", str(relu))) == {"19_ReLU": derived}
+
+
+def test_suite_show_marks_only_what_is_derived(tmp_path):
+    """A problem with its own small profile gets only alt derived; one without size constants gets nothing."""
+    own_small = (SUITE / "level1" / "1_ReLU.py").read_text().replace('    "alt": {"batch_size": 32, "dim": 336},\n', "")
+    assert '"alt": {' not in own_small and '"small": {' in own_small
+    (tmp_path / "1_OwnSmall.py").write_text(own_small)
+    (tmp_path / "2_NoSizes.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return x * 2\n\n\ndef get_inputs():\n    return [torch.rand(8, 8)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    rows = profile_rows(kz("suite", "show", str(tmp_path)))
+    assert rows == {"1_OwnSmall": "full, small, alt (derived)", "2_NoSizes": "full"}
 
 
 def test_the_test_language_is_not_in_a_normal_install():
@@ -341,3 +487,63 @@ def test_train_until_on_a_cpu_machine_checks_the_phase_name_first(tmp_path):
     assert proc.returncode == 1
     assert "--until '05-coder': no such phase" in error_line(proc) and "01-coder" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------------------------------
+# item 10: a configured report_to reaches TRL's configs; the default is no tracker
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_report_to_reaches_the_grpo_config(tmp_path):
+    pytest.importorskip("trl")
+    from kzcore.train.coder import GRPOSettings, grpo_config
+
+    config = tmp_path / "c.toml"
+    config.write_text('[coder]\nuse_cpu = true\nreport_to = ["tensorboard"]\n')
+    settings = load_config(config).coder
+    assert settings.report_to == ("tensorboard",)
+    with warnings.catch_warnings():
+        quiet_known_warnings()
+        assert grpo_config(settings, tmp_path / "out").report_to == ["tensorboard"]
+        assert grpo_config(GRPOSettings(report_to=("tensorboard",), use_cpu=True), tmp_path).report_to == [
+            "tensorboard"
+        ]
+        assert grpo_config(GRPOSettings(use_cpu=True), tmp_path).report_to == []  # "none": no tracker
+
+
+class _Built(Exception):
+    """Raised by the stand-in SFTTrainer once it has the arguments: nothing trains."""
+
+
+def test_report_to_reaches_the_sft_config(tmp_path, monkeypatch):
+    trl = pytest.importorskip("trl")
+    from kzcore.cli import main
+    from kzcore.train.sft import SFTSettings, run_sft
+
+    built = []
+
+    def trainer(*, model, args, train_dataset):
+        built.append(args)
+        raise _Built
+
+    monkeypatch.setattr(trl, "SFTTrainer", trainer)
+    (tmp_path / "model").mkdir()
+    data = tmp_path / "sft.jsonl"
+    row = {"prompt": [{"role": "user", "content": "p"}], "completion": [{"role": "assistant", "content": "c"}]}
+    data.write_text(json.dumps(row) + "\n")
+    model, out = str(tmp_path / "model"), tmp_path / "out"
+    cli = ["sft", "--model", model, "--data", str(data), "--out", str(out), "--cpu"]
+    with warnings.catch_warnings():
+        quiet_known_warnings()
+        with pytest.raises(_Built):
+            run_sft(model, data, out, SFTSettings(use_cpu=True, report_to=("tensorboard",)))
+        with pytest.raises(_Built):
+            run_sft(model, data, out, SFTSettings(use_cpu=True))
+        with pytest.raises(_Built):
+            main([*cli, "--report-to", "tensorboard", "--report-to", "wandb"])
+        with pytest.raises(_Built):
+            main(cli)
+    assert [args.report_to for args in built] == [["tensorboard"], [], ["tensorboard", "wandb"], []]
+    config = tmp_path / "c.toml"
+    config.write_text('[sft]\nreport_to = ["tensorboard"]\n')
+    assert load_config(config).sft.report_to == ("tensorboard",)

@@ -4,8 +4,6 @@ would refuse at launch fails here first."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import attrs
@@ -43,7 +41,9 @@ def test_the_8gpu_recipe_plan(plugins):
 
 def test_a_layout_trl_would_refuse_fails_in_the_plan():
     config = load_config(RECIPE)
-    with pytest.raises(KzError, match=r"\[coder\] batch_size 10 x 3 process\(es\) = 30 .* not a multiple of num_generations 4"):
+    with pytest.raises(
+        KzError, match=r"\[coder\] batch_size 10 x 3 process\(es\) = 30 .* not a multiple of num_generations 4"
+    ):
         batch_layout(attrs.evolve(config.coder, num_generations=4), 3, "coder")
     assert batch_layout(config.coder, 1, "coder")["prompts_per_step"] == 2
 
@@ -64,3 +64,31 @@ def test_an_unknown_language_fails_the_plan(tmp_path):
     config.write_text('[plugins]\nlanguages = ["fortran"]\n')
     with pytest.raises(KzError, match="no plugin handles language 'fortran'"):
         training_plan(load_config(config))
+
+
+def test_kz_train_dry_run_of_the_8gpu_recipe(tmp_path):
+    """What CI runs: the recipe's plan prints, exit 0, and nothing is trained or written."""
+    from tests.test_newcomer import kz
+
+    run_dir = tmp_path / "run"
+    proc = kz(
+        "train", "--config", str(RECIPE), "--dry-run", "--accelerate-config", str(ACCELERATE), "--run-dir", str(run_dir)
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "processes: 8 (one GPU each)"
+    assert "evaluator: local, 1 worker(s) per process, on that process's own GPU (LOCAL_RANK)" in lines
+    assert "coder: /models/Qwen2.5-Coder-7B-Instruct (checkpoint directory, missing here)" in lines
+    assert not run_dir.exists()
+
+
+def test_processes_without_dry_run_is_a_usage_error(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[schedule]\nrounds = 1\n")
+    from tests.test_newcomer import kz
+
+    proc = kz("train", "--config", str(config), "--processes", "2")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kz: error: --processes and --accelerate-config only go with --dry-run (launch with accelerate launch)"
+    )
