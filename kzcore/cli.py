@@ -19,10 +19,10 @@ def _cmd_plugins(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kzcore.plugins import executors, get_plugin_manager, languages, policies, suites
+    from kzcore.plugins import commands, executors, get_plugin_manager, languages, policies, suites
 
     pm = get_plugin_manager()
-    registries = [languages(pm), executors(pm), policies(pm), suites(pm)]
+    registries = [languages(pm), executors(pm), policies(pm), suites(pm), commands(pm)]
     table = Table(title="kzcore plugins")
     for col in ("plugin", "hooks", "registers"):
         table.add_column(col)
@@ -572,10 +572,33 @@ KERNELBENCH_HELP = "KernelBench checkout for --problems kernelbench[:levels] (de
 INCLUDE_DEGENERATE_HELP = "count problems that failed the problem check (degenerate outputs) in the scores"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(pm=None) -> argparse.ArgumentParser:
+    """kz's argument parser: the built-in commands, then those plugins register on ``pm``
+    (``kz_register_commands``; none when ``pm`` is None)."""
     parser = Parser(prog="kz", description="Evaluate and train LLMs that write GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _builtin_commands(sub)
+    if pm is not None:
+        _plugin_commands(sub, pm)
+    return parser
 
+
+def _plugin_commands(sub, pm) -> None:
+    from kzcore.plugins import commands
+
+    registry = commands(pm)
+    for name, command in registry.items.items():
+        if name in sub.choices:
+            raise KzError(
+                f"plugin {registry.owners[name]!r} registers command {name!r}, which is a built-in kz command"
+            )
+        parser = sub.add_parser(name, help=command.help, description=command.help or None)
+        if command.configure is not None:
+            command.configure(parser)
+        parser.set_defaults(func=command.run)
+
+
+def _builtin_commands(sub) -> None:
     sub.add_parser(
         "plugins", help="list loaded plugins, their hooks and what each registers",
         description="The plugins kz loaded (entry points of the 'kzcore' group and the built-ins), the hooks each "
@@ -781,7 +804,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", default=None, help="PNG path for the plots (default: next to the results file, .plots.png)"
     )
     rep.set_defaults(func=_cmd_report)
-    return parser
 
 
 # Warnings libraries raise about what our code does knowingly: (message regex, category, module regex).
@@ -818,7 +840,14 @@ def _show_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from kzcore.plugins import get_plugin_manager
+
+    try:
+        parser = build_parser(get_plugin_manager())
+    except KzError as exc:  # a broken plugin, or two plugins claiming one name
+        print(f"kz: error: {exc}", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)
     _show_warnings()
     quiet_known_warnings()
     try:

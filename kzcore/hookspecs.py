@@ -16,7 +16,7 @@ from typing import Any
 import pluggy
 
 from kzcore import PROJECT
-from kzcore.types import EvalConfig, EvalResult, Language, OutputCheck, Phase, Problem, PromptSection, Timing
+from kzcore.types import Command, EvalConfig, EvalResult, Language, OutputCheck, Phase, Problem, PromptSection, Timing
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -70,6 +70,19 @@ def kz_register_suites(register: Callable[[str, Path], None]) -> None:
         (``level1/``, ``level2/``, optional ``solutions/<language>/levelN/``).
 
     The core registers ``builtin``; ``--problems NAME[:level]`` selects a registered suite.
+    """
+
+
+@hookspec
+def kz_register_commands(register: Callable[[Command], None]) -> None:
+    """Register ``kz`` subcommands (as ``llm``'s plugins add ``llm`` commands).
+
+    :param register: call ``register(Command(name=..., run=..., help=..., configure=...))`` once per command:
+        ``configure(parser)`` adds the command's arguments to its ``argparse`` parser, ``run(args)`` runs
+        it and returns the exit code. A ``KzError`` raised by ``run`` ends the command with one line, as
+        for the built-in commands.
+
+    A name that is a built-in command, or that two plugins register, is an error naming the plugins.
     """
 
 

@@ -151,6 +151,10 @@ def collect(pm: pluggy.PluginManager, hook_name: str, kind: str) -> Registry:
         def register(name_or_obj, obj=None, _owner=owner):
             name = name_or_obj.name if obj is None else name_or_obj
             value = name_or_obj if obj is None else obj
+            if name in registry.items:  # never a silent override: the user must choose (KZ_DISABLE_PLUGINS)
+                first = registry.owners[name]
+                who = f"twice by plugin {first!r}" if first == _owner else f"by plugins {first!r} and {_owner!r}"
+                raise KzError(f"{kind} {name!r} is registered {who}; disable one (KZ_DISABLE_PLUGINS=NAME)")
             registry.items[name] = value
             registry.owners[name] = _owner
 
@@ -168,6 +172,10 @@ def executors(pm: pluggy.PluginManager | None = None) -> Registry:
 
 def policies(pm: pluggy.PluginManager | None = None) -> Registry:
     return collect(pm or get_plugin_manager(), "kz_register_policies", "policy")
+
+
+def commands(pm: pluggy.PluginManager | None = None) -> Registry:
+    return collect(pm or get_plugin_manager(), "kz_register_commands", "command")
 
 
 def suites(pm: pluggy.PluginManager | None = None) -> Registry:

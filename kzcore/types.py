@@ -47,6 +47,17 @@ class Language:
 
 
 @attrs.frozen
+class Command:
+    """A ``kz`` subcommand a plugin adds (``kz_register_commands``): ``configure(parser)`` declares its
+    arguments on an ``argparse`` parser, ``run(args) -> int`` runs it."""
+
+    name: str
+    run: Callable[[Any], int]
+    help: str = ""
+    configure: Callable[[Any], None] | None = None
+
+
+@attrs.frozen
 class Problem:
     """One KernelBench-format problem: the source of a module defining Model, get_inputs, get_init_inputs."""
 

@@ -15,6 +15,7 @@ from torch import nn
 from kzcore import hookimpl
 from kzcore.errors import CompileError
 from kzcore.types import (
+    Command,
     EvalResult,
     Language,
     OutputCheck,
@@ -115,6 +116,54 @@ class FakeSuites:
 
 
 FAKE_SUITES = FakeSuites()
+
+
+class FakeCommands:
+    """Adds ``kz greet NAME [--shout]``; the third-party way to give kz a subcommand."""
+
+    @staticmethod
+    def configure(parser):
+        parser.add_argument("name", help="who to greet")
+        parser.add_argument("--shout", action="store_true", help="in capitals")
+
+    @staticmethod
+    def run(args) -> int:
+        from kzcore.errors import KzError
+
+        if args.name == "nobody":
+            raise KzError("nobody to greet")
+        text = f"hello {args.name}"
+        print(text.upper() if args.shout else text)
+        return 3  # the command's own exit code reaches the shell
+
+    @hookimpl
+    def kz_register_commands(self, register):
+        register(Command(name="greet", run=self.run, help="say hello", configure=self.configure))
+
+
+FAKE_COMMANDS = FakeCommands()
+
+
+class ClashingCommands:
+    """Registers a command under a built-in command's name, and the fake's name again (two owners)."""
+
+    name = "greet"
+
+    @hookimpl
+    def kz_register_commands(self, register):
+        register(Command(name=self.name, run=lambda args: 0))
+
+
+CLASHING_COMMANDS = ClashingCommands()
+
+
+class SecondBuiltinSuite:
+    @hookimpl
+    def kz_register_suites(self, register):
+        register("builtin", Path("/nonexistent"))
+
+
+SECOND_BUILTIN_SUITE = SecondBuiltinSuite()
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_one_process_per_gpu_pins_its_pool_to_its_own_gpu():
 def test_a_training_process_pool_puts_every_worker_on_its_rank_gpu(monkeypatch):
     """Under `accelerate launch` with 8 processes on 8 GPUs, rank 3's evaluator workers all run on GPU 3 (the
     machine's GPU 3 as CUDA_VISIBLE_DEVICES names it), not spread over all eight."""
-    import kzcore.executors.local as local
+    from kzcore.executors import local
     from kzcore.types import EvalConfig
 
     monkeypatch.setattr(local, "resolve_device", lambda device: "cuda")

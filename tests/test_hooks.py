@@ -121,6 +121,44 @@ def test_kz_register_policies(plugins):
     assert via_spec.complete(["x"]) == ["echo(model-y): x"]
 
 
+def test_kz_register_commands(plugins, monkeypatch, capsys):
+    from kzcore import cli
+    from kzcore.plugins import commands
+
+    assert "greet" not in cli.build_parser(plugins()).format_help()
+    pm = plugins(f"{FAKES}:FAKE_COMMANDS")
+    assert commands(pm).owners["greet"] == f"{FAKES}:FAKE_COMMANDS"
+    parser = cli.build_parser(pm)
+    assert "greet" in parser.format_help()
+    monkeypatch.setattr("kzcore.plugins.get_plugin_manager", lambda: pm)
+    assert cli.main(["greet", "world", "--shout"]) == 3
+    assert capsys.readouterr().out == "HELLO WORLD\n"
+    assert cli.main(["greet", "nobody"]) == 1  # a KzError from a plugin command: one line, as for built-ins
+    assert capsys.readouterr().err == "kz: error: nobody to greet\n"
+
+
+def test_a_name_registered_twice_names_both_plugins(plugins, monkeypatch, capsys):
+    from kzcore import cli
+    from kzcore.plugins import commands
+
+    pm = plugins(f"{FAKES}:FAKE_COMMANDS", f"{FAKES}:CLASHING_COMMANDS")
+    with pytest.raises(
+        KzError,
+        match="command 'greet' is registered by plugins .*(FAKE|CLASHING)_COMMANDS.* and .*(FAKE|CLASHING)_COMMANDS",
+    ):
+        commands(pm)
+    monkeypatch.setattr("kzcore.plugins.get_plugin_manager", lambda: pm)
+    assert cli.main(["greet", "x"]) == 1
+    assert "is registered by plugins" in capsys.readouterr().err
+    # a built-in command's name is refused too, naming the plugin
+    monkeypatch.setattr(fakes_hooks.CLASHING_COMMANDS, "name", "eval")
+    with pytest.raises(KzError, match=r"plugin '.*CLASHING_COMMANDS' registers command 'eval', which is a built-in"):
+        cli.build_parser(plugins())
+    # the same rule for every registry: a plugin's suite named like the core's
+    with pytest.raises(KzError, match=r"suite 'builtin' is registered by plugins 'kzcore\.builtins\.registry' and"):
+        suites(plugins(f"{FAKES}:SECOND_BUILTIN_SUITE"))
+
+
 def test_kz_register_suites(plugins, relu, tmp_path, monkeypatch):
     root = tmp_path / "suite"
     (root / "level1").mkdir(parents=True)
