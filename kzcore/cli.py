@@ -127,9 +127,8 @@ def _suite_check(problems, args, console) -> int:
     from rich.table import Table
 
     from kzcore.evaluate.problem_check import DEVICE_BUDGET, check_problems
-    from kzcore.types import EvalConfig
 
-    config = EvalConfig(device=args.device, size=args.size, timeout_s=args.timeout)
+    config = _config_from(args)
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
     args.saved = "nothing was saved (kz suite check prints its table once every problem is checked)"
     reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
@@ -156,28 +155,16 @@ def _suite_check(problems, args, console) -> int:
 
 
 def _config_from(args):
+    """The EvalConfig of the evaluator options a command declared (`_add_eval_args`); the fields it has no
+    option for keep EvalConfig's defaults."""
     from kzcore.types import EvalConfig
 
-    return EvalConfig(
-        device=args.device,
-        size=args.size,
-        trials=args.trials,
-        seed=args.seed,
-        atol=args.atol,
-        rtol=args.rtol,
-        timeout_s=args.timeout,
-        reps=args.reps,
-        min_reps=args.min_reps,
-        timing_precision=args.timing_precision,
-        tf32=args.tf32,
-        workers_per_gpu=args.workers_per_gpu,
-        standby_workers=args.standby_workers,
-        input_variation=args.input_variation,
-        input_scale_decades=args.input_scale_decades,
-        second_shape="" if args.second_shape in ("", "none") else args.second_shape,
-        implausible_speedup=args.implausible_speedup,
-        problem_check=not args.no_problem_check,
-    )
+    values = {}
+    for field in _eval_fields(args.eval_fields):
+        _, options, negated = _eval_option(field)
+        value = getattr(args, options["dest"])
+        values[field.name] = not value if negated else value
+    return EvalConfig(**values)
 
 
 def _cmd_eval(args) -> int:
@@ -397,7 +384,6 @@ def _cmd_propose(args) -> int:
     from kzcore.proposer.catalog import load_catalog
     from kzcore.proposer.propose import propose
     from kzcore.proposer.sampler import SamplerConfig
-    from kzcore.types import EvalConfig
 
     catalog = load_catalog(*args.catalog)
     policy = load_policy(args.policy)
@@ -407,7 +393,7 @@ def _cmd_propose(args) -> int:
         summary = propose(
             policy, args.n, catalog=catalog, pool_path=args.out,
             check_problems=functools.partial(check_problems, workers=args.workers),
-            config=EvalConfig(device=args.device, timeout_s=args.timeout), seed=args.seed, round=args.round,
+            config=_config_from(args), seed=args.seed, round=args.round,
             sampler=SamplerConfig(min_size=args.min_apis, max_size=args.max_apis),
             params=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens),
             batch_size=args.batch_size,
@@ -496,56 +482,60 @@ def _add_policy_args(parser, policy_help: str, default: str | None = DEFAULT_POL
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
 
 
-def _add_eval_args(parser) -> None:
-    """Evaluator settings shared by every command that evaluates (EvalConfig's fields)."""
-    parser.add_argument(
-        "--workers-per-gpu",
-        type=int,
-        default=1,
-        help="overlap compile/correctness of N workers per GPU; timing stays exclusive",
-    )
-    parser.add_argument(
-        "--standby-workers",
-        type=int,
-        default=0,
-        help="idle workers kept started per GPU that replace a crashed worker at once (each holds a CUDA context)",
-    )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where candidates run")
-    parser.add_argument(
-        "--size", default="auto", help="problem sizes: auto (small on a CPU) | full | a KZ_SIZES profile such as small"
-    )
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials per candidate")
-    parser.add_argument("--seed", type=int, default=0, help="seed for inputs, weights and sampling")
-    parser.add_argument("--atol", type=float, default=1e-2, help="absolute tolerance (fp32 outputs)")
-    parser.add_argument("--rtol", type=float, default=1e-2, help="relative tolerance (fp32 outputs)")
-    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per candidate")
-    parser.add_argument("--reps", type=int, default=100, help="most timed repetitions (GPU)")
-    parser.add_argument("--min-reps", type=int, default=100, help="fewest timed repetitions before stopping early")
-    parser.add_argument(
-        "--timing-precision", type=float, default=0.004,
-        help="stop timing once both medians' relative standard errors are below this (0: always --reps)",
-    )  # fmt: skip
-    parser.add_argument("--tf32", action="store_true", help="allow TF32 in the reference (off by default)")
-    parser.add_argument(
-        "--input-variation", default="scale", choices=["none", "scale", "full"],
-        help="trials after the first negate and rescale floating inputs (scale), also shift or redraw them (full)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--input-scale-decades", type=float, default=2.0,
-        help="varied inputs are scaled by 10**u, |u| <= this",
-    )  # fmt: skip
-    parser.add_argument(
-        "--second-shape", default="alt", metavar="PROFILE",
-        help="one more trial at this KZ_SIZES profile when the problem has it (none: off)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--implausible-speedup", type=float, default=10.0,
-        help="re-verify a speedup above this before accepting it (0: off)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--no-problem-check", action="store_true",
-        help="skip checking each problem (degenerate outputs) before its candidates",
-    )  # fmt: skip
+def _eval_fields(names=None) -> list:
+    """EvalConfig's fields that have a command-line option: all, or those in ``names``."""
+    import attrs
+
+    from kzcore.types import EvalConfig
+
+    fields = [f for f in attrs.fields(EvalConfig) if "no_cli" not in f.metadata]
+    if names is None:
+        return fields
+    if unknown := set(names) - {f.name for f in fields}:
+        raise ValueError(f"no EvalConfig option for {', '.join(sorted(unknown))}")
+    return [f for f in fields if f.name in names]
+
+
+def _eval_option(field) -> tuple[str, dict, bool]:
+    """(flag, argparse keywords, negated) of an EvalConfig field's option, all read from the field and its
+    metadata (`kzcore.types._setting`). A bool is a switch away from its default: ``--NAME`` turns on one
+    that is off, ``--no-NAME`` (negated: its value is ``not`` the switch's) turns off one that is on."""
+    import typing
+
+    from kzcore.types import EvalConfig
+
+    meta = field.metadata
+    default = meta.get("cli_default", field.default)
+    name = field.name.replace("_", "-")
+    if isinstance(default, bool):
+        if default:
+            options = {"action": "store_true", "dest": f"no_{field.name}", "help": f"skip {meta['help']}"}
+            return meta.get("flag", f"--no-{name}"), options, True
+        return meta.get("flag", f"--{name}"), {"action": "store_true", "dest": field.name, "help": meta["help"]}, False
+    kind = typing.get_type_hints(EvalConfig)[field.name]
+    words = meta.get("cli_values", {})
+
+    def convert(text: str):
+        return words[text] if text in words else kind(text)
+
+    convert.__name__ = kind.__name__  # argparse names the type in its "invalid int value" errors
+    flag = meta.get("flag", f"--{name}")
+    options = {"type": convert, "default": default, "dest": field.name, "help": meta["help"]}
+    options.update({key: meta[key] for key in ("choices", "metavar") if key in meta})
+    if "choices" not in meta:  # named after the flag, as argparse would, not after the field
+        options.setdefault("metavar", flag.removeprefix("--").replace("-", "_").upper())
+    return flag, options, False
+
+
+def _add_eval_args(parser, names=None, **overrides) -> None:
+    """The evaluator options, generated from EvalConfig's fields (all, or those in ``names``); ``overrides``
+    maps a field name to the argparse keywords this command sets its own way (a problem check's timeout).
+    `_config_from` builds the EvalConfig back from the parsed arguments."""
+    fields = _eval_fields(names)
+    for field in fields:
+        flag, options, _ = _eval_option(field)
+        parser.add_argument(flag, **{**options, **overrides.get(field.name, {})})
+    parser.set_defaults(eval_fields=tuple(f.name for f in fields))
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -633,9 +623,11 @@ def _builtin_commands(sub) -> None:
         "kernel would match). Nothing is written; a problem failing a check is not an error.",
     )  # fmt: skip
     check.add_argument("spec", help="suite name (builtin[:level]) or path")
-    check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where problems run")
-    check.add_argument("--size", default="auto", help="auto | full | a KZ_SIZES profile such as small")
-    check.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
+    # a problem check is its own kind of job (the reference alone, run three times): its own timeout
+    _add_eval_args(
+        check, ("device", "size", "timeout_s"),
+        device={"help": "where problems run"}, timeout_s={"default": 120.0, "help": "seconds per problem"},
+    )  # fmt: skip
     check.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     check.add_argument(
         "--max-memory", type=float, default=None, metavar="GIB",
@@ -734,8 +726,11 @@ def _builtin_commands(sub) -> None:
     pr.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     pr.add_argument("--max-new-tokens", type=int, default=768, help="most tokens per module")
-    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where modules are checked")
-    pr.add_argument("--timeout", type=float, default=60.0, help="seconds per module check")
+    # the Proposer's gates are problem checks too, kept short: most proposed modules are small
+    _add_eval_args(
+        pr, ("device", "timeout_s"),
+        device={"help": "where modules are checked"}, timeout_s={"default": 60.0, "help": "seconds per module check"},
+    )  # fmt: skip
     pr.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     pr.set_defaults(func=_cmd_propose)
 

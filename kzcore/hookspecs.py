@@ -41,12 +41,14 @@ def kz_register_executors(register: Callable[[str, Callable[..., Any]], None]) -
     """Register executors: places where candidates run.
 
     :param register: call ``register(name, factory)``; ``factory(workers=int|None, config=EvalConfig,
-        plugins=list[str])`` returns an object with ``map(jobs)`` and ``close()``, and optionally ``start()``
-        (called once before the results file's run header is written). ``map`` takes two kinds of job and
+        plugins=list[str])`` returns a ``kzcore.executors.Executor``: ``start()`` (called once, before a
+        results file's run header is written), ``map(jobs)``, ``close()``. ``map`` takes two kinds of job and
         yields one answer per job, in any order: an ``EvalResult`` for an ``EvalJob`` (a candidate) and a
         ``ProblemReport`` for a ``ProblemCheckJob`` (the problem module alone: ``kz eval``'s problem check,
-        the Proposer's gates, ``kz suite check``). Running jobs in a ``kzcore.executors.worker`` (as a
-        ``LocalPool`` does) handles both.
+        the Proposer's gates, ``kz suite check``). A job it cannot finish is answered with
+        ``job.failure(status, message)``; ``job.ident`` matches its answer's ``ident``; inside a worker,
+        ``job.run_in_worker(...)`` runs either kind (as ``kzcore.executors.worker`` does).
+        ``kzcore.executors.open_executor`` builds and starts one; the trainer holds one for its whole run.
 
     The core registers ``local`` (a pool of spawned worker processes); cluster executors come as plugins.
     """
@@ -69,7 +71,8 @@ def kz_register_suites(register: Callable[[str, Path], None]) -> None:
     :param register: call ``register(name, path)`` where ``path`` is a KernelBench-style directory
         (``level1/``, ``level2/``, optional ``solutions/<language>/levelN/``).
 
-    The core registers ``builtin``; ``--problems NAME[:level]`` selects a registered suite.
+    The kz_suites plugin registers ``builtin`` (the core ships no problems); ``--problems NAME[:level]``
+    selects a registered suite.
     """
 
 

@@ -92,6 +92,11 @@ class Candidate:
     def key(self) -> str:
         return f"level{self.level}/{self.problem}#{self.language}#{self.sample}"
 
+    @property
+    def ident(self) -> tuple:
+        """Matches the ``ident`` of the EvalJob it answers."""
+        return (self.problem, self.language, self.sample)
+
 
 def _positive_or_none(instance, attribute, value):
     if value is not None and not value > 0:
@@ -106,45 +111,76 @@ class Tolerance:
     rtol: float = 1e-2
 
 
+def _setting(default: Any, help: str, validator: Any = None, **cli: Any) -> Any:
+    """An `EvalConfig` field, defined once: its default, validator and ``help``, the text of its ``kz eval``
+    option and of docs/evaluator.md's settings table (a bool that defaults to True is phrased as a gerund:
+    its option is ``--no-NAME``, "skip " + help). ``cli`` holds only where the command line differs from the
+    field: ``flag`` (the option, when not ``--`` + the name with ``-``), ``choices``, ``metavar``,
+    ``cli_values`` (command-line words for field values), ``cli_default`` (a command-line default kept apart
+    from the library's on purpose; say why beside it), ``no_cli`` (why the field has no option). kzcore/cli.py
+    builds the options and the EvalConfig from these; the trainer's ``[eval]`` TOML keys are the fields."""
+    return attrs.field(default=default, validator=validator, metadata={"help": help, **cli})
+
+
+DEVICES = ("auto", "cpu", "cuda")
+INPUT_VARIATIONS = ("none", "scale", "full")
+
+
 @attrs.frozen
 class EvalConfig:
-    """How candidates are evaluated. Recorded with every results file."""
+    """How candidates are evaluated. Recorded with every results file. Each field's help is its documentation
+    (`_setting`); ``kz eval``'s options are generated from the fields."""
 
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
-    size: str = "auto"  # "auto" (small on CPU, full on GPU) | "full" | a KZ_SIZES profile name
-    trials: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    seed: int = 0
-    atol: float = 1e-2
-    rtol: float = 1e-2
-    timeout_s: float = 180.0
-    warmup: int = 3
-    reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))  # the most timed pairs
+    device: str = _setting("auto", "where candidates run", choices=DEVICES)
+    size: str = _setting("auto", "problem sizes: auto (small on a CPU) | full | a KZ_SIZES profile such as small")
+    trials: int = _setting(5, "correctness trials per candidate", attrs.validators.ge(1))
+    seed: int = _setting(0, "seed for inputs and weights (and for kz eval --policy's sampling)")
+    atol: float = _setting(1e-2, "absolute tolerance (fp32 outputs)")
+    rtol: float = _setting(1e-2, "relative tolerance (fp32 outputs)")
+    timeout_s: float = _setting(180.0, "seconds per candidate (a worker past it is killed: timeout)", flag="--timeout")
+    warmup: int = _setting(3, "untimed calls of reference and candidate before timing (GPU)")
+    reps: int = _setting(100, "most timed repetitions (GPU)", attrs.validators.ge(1))
     # Timing stops early, after at least min_reps pairs, once both medians are known to within
-    # timing_precision (relative standard error); 0 always runs all ``reps``.
-    min_reps: int = attrs.field(default=100, validator=attrs.validators.ge(1))
-    timing_precision: float = attrs.field(default=0.004, validator=attrs.validators.ge(0))
-    gpu_work_check: bool = True  # profile one forward: most GPU time must be in the candidate's own kernels
-    max_timing_s: float = 10.0
-    flush_l2: bool = True
-    tf32: bool = False
-    workers_per_gpu: int = attrs.field(default=1, validator=attrs.validators.ge(1))
-    # Idle workers kept started per GPU (in all, on a CPU) that take a crashed or killed worker's place at
-    # once, instead of its slot waiting for a new worker's start-up (10-13 s on a GPU: CUDA init, warm-up)
-    standby_workers: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    # Correctness trials after the first change the sign and scale of floating inputs ("scale"), also shift
-    # or redraw them ("full"), or not ("none"); magnitudes are 10**u, |u| <= input_scale_decades. A problem
-    # narrows this with KZ_INPUT_VARIATION (evaluate/inputs.py).
-    input_variation: str = attrs.field(default="scale", validator=attrs.validators.in_(("none", "scale", "full")))
-    input_scale_decades: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
-    # After the trials pass, one more trial at this KZ_SIZES profile with freshly constructed models, when the
-    # problem defines it ("" turns it off): catches kernels that hard-code the tested shape.
-    second_shape: str = "alt"
-    # A measured speedup above this is re-verified (more trials on new seeds, the same input buffers
-    # refilled, a second timing pass) before it is accepted; 0 turns it off.
-    implausible_speedup: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
-    # kz eval checks each problem once (cached) before its candidates: a problem whose outputs are ~0,
-    # ~constant, input-independent, random or non-finite marks its results `problem_degenerate`
-    problem_check: bool = True
+    # timing_precision (relative standard error)
+    min_reps: int = _setting(100, "fewest timed repetitions before stopping early", attrs.validators.ge(1))
+    timing_precision: float = _setting(
+        0.004, "stop timing once both medians' relative standard errors are below this (0: always all reps)",
+        attrs.validators.ge(0),
+    )  # fmt: skip
+    gpu_work_check: bool = _setting(
+        True, "profiling one forward (GPU) to check that most GPU time is in the candidate's own kernels"
+    )
+    max_timing_s: float = _setting(10.0, "seconds the timed pairs of one candidate may take: fewer reps beyond it")
+    flush_l2: bool = _setting(True, "flushing L2 (a 256 MB write) before each timed call")
+    tf32: bool = _setting(False, "allow TF32 in the reference")
+    workers_per_gpu: int = _setting(
+        1, "overlap compile/correctness of N workers per GPU; timing stays exclusive", attrs.validators.ge(1)
+    )
+    # Spares take a dead worker's place at once instead of its slot waiting for a new worker's start-up
+    # (10-13 s on a GPU: CUDA init, warm-up); "in all" on a CPU
+    standby_workers: int = _setting(
+        0, "idle workers kept started per GPU that replace a crashed worker at once (each holds a CUDA context)",
+        attrs.validators.ge(0),
+    )  # fmt: skip
+    # A problem narrows the variation with KZ_INPUT_VARIATION (evaluate/inputs.py)
+    input_variation: str = _setting(
+        "scale", "trials after the first negate and rescale floating inputs (scale), also shift or redraw them (full)",
+        attrs.validators.in_(INPUT_VARIATIONS), choices=INPUT_VARIATIONS,
+    )  # fmt: skip
+    input_scale_decades: float = _setting(2.0, "varied inputs are scaled by 10**u, |u| <= this", attrs.validators.ge(0))
+    # With freshly constructed models, when the problem defines the profile (or one can be derived): catches
+    # kernels that hard-code the tested shape
+    second_shape: str = _setting(
+        "alt", 'one more trial at this KZ_SIZES profile when the problem has it ("", or none on the command line: off)',
+        metavar="PROFILE", cli_values={"none": ""},
+    )  # fmt: skip
+    # Re-verified: more trials on new seeds, the same input buffers refilled, a second timing pass
+    implausible_speedup: float = _setting(
+        10.0, "re-verify a speedup above this before accepting it (0: off)", attrs.validators.ge(0)
+    )
+    # Cached; a problem whose outputs are ~0, ~constant, input-independent, random or non-finite marks its
+    # results `problem_degenerate`
+    problem_check: bool = _setting(True, "checking each problem (degenerate outputs) before its candidates")
 
     def tolerance_for(self, dtype_name: str) -> Tolerance:
         """Per-dtype tolerance: the configured one for fp32, looser for half types, tighter for fp64."""
@@ -172,6 +208,21 @@ class EvalJob:
             seed=cfg.seed, origin=cand.origin, **fields,
         )  # fmt: skip
 
+    def failure(self, status: Status, message: str) -> EvalResult:
+        """What an executor files when this job could not run to the end (its worker died, hung, ...)."""
+        return self.result(status, message)
+
+    @property
+    def ident(self) -> tuple:
+        """Matches the ``ident`` of this job's answer."""
+        return (self.candidate.problem, self.candidate.language, self.candidate.sample)
+
+    def run_in_worker(self, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
+        """(answer, poisoned) inside an evaluator worker (kzcore.executors.worker)."""
+        from kzcore.evaluate.pipeline import evaluate_job
+
+        return evaluate_job(self, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+
 
 @attrs.frozen
 class ProblemCheckJob:
@@ -181,6 +232,20 @@ class ProblemCheckJob:
     problem: Problem
     config: EvalConfig
     max_bytes: int = 16 * 2**30  # memory budget: peak CUDA allocation, or tensor bytes (params+inputs+outputs) on CPU
+
+    def failure(self, status: Status, message: str) -> ProblemReport:
+        """A failed report: what an executor files when this check could not run to the end."""
+        return ProblemReport(problem=self.problem.name, level=self.problem.level, reason=f"{status.value}: {message}")
+
+    @property
+    def ident(self) -> tuple:
+        return (self.problem.name,)
+
+    def run_in_worker(self, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
+        """(report, poisoned) inside an evaluator worker."""
+        from kzcore.evaluate.problem_check import check_problem_job
+
+        return check_problem_job(self, workdir, device)
 
 
 @attrs.frozen
@@ -205,6 +270,11 @@ class ProblemReport:
     @property
     def key(self) -> str:
         return f"level{self.level}/{self.problem}"
+
+    @property
+    def ident(self) -> tuple:
+        """Matches the ``ident`` of the ProblemCheckJob it answers."""
+        return (self.problem,)
 
 
 @attrs.frozen
@@ -278,6 +348,11 @@ class EvalResult:
     @property
     def key(self) -> str:
         return f"level{self.level}/{self.problem}#{self.language}#{self.sample}"
+
+    @property
+    def ident(self) -> tuple:
+        """Matches the ``ident`` of the EvalJob it answers."""
+        return (self.problem, self.language, self.sample)
 
 
 @attrs.frozen

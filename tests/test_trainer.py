@@ -92,3 +92,27 @@ def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
     (model / "config.json").write_text("{}")
     (tmp_path / "run" / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {}}))
     assert trainer.latest_checkpoint("coder") == trainer.latest_checkpoint("proposer") == str(model)
+
+
+def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, monkeypatch):
+    """Distillation, the held-out evaluations and the RL phases all go through one executor of kind
+    ``[plugins] executor``, started once and closed when the run ends (before: distillation and held-out
+    evaluation always started a fresh local pool of their own)."""
+    from tests import fakes_hooks
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    cfg = config(tmp_path, tiny)
+    cfg = attrs.evolve(
+        cfg, plugins=attrs.evolve(cfg.plugins, executor="inline"), schedule=Schedule(rounds=0, cold_start=True)
+    )
+    state = Trainer(cfg, pm=pm, log=lambda s: None).run()
+    assert state["done"] == ["00-distill", "00-sft"]
+    (executor,) = fakes_hooks.InlineExecutor.instances
+    assert executor.closed and executor.workers == 1 and executor.config == cfg.eval
+    candidates = [j for j in executor.jobs if hasattr(j, "candidate")]
+    distilled = [j for j in candidates if j.candidate.completion is None]  # the suite's ready sources
+    heldout = [j for j in candidates if j.candidate.completion is not None]  # sampled from the model
+    assert len(distilled) == state["metrics"]["00-distill"]["candidates"] == 26
+    assert {j.problem.name for j in heldout} == {"1_ReLU"} and len(heldout) == 2 * 2  # base and SFT, n = 2

@@ -7,6 +7,7 @@ which `kz eval` uses: one check per problem, cached on disk by what decides its 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -183,19 +184,15 @@ def check_problems(
     """Reports for ``problems`` in their order, each produced in an evaluator worker: through ``pool`` (an
     executor already started, left open) or a new executor of kind ``executor`` (closed afterwards).
     ``max_bytes``: the memory budget (`DEVICE_BUDGET`: a fraction of the device's free memory)."""
-    from kzcore.plugins import executors, get_plugin_manager, plugin_specs
+    from kzcore.executors import open_executor
 
     config = config or EvalConfig(trials=1)
     jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=max_bytes) for p in problems]
     if pool is not None:
         by_key = {r.key: r for r in pool.map(jobs)}
     else:
-        pm = pm or get_plugin_manager()
-        own = executors(pm).get(executor)(workers=workers, config=config, plugins=plugin_specs(pm))
-        try:
+        with contextlib.closing(open_executor(executor, workers=workers, config=config, pm=pm)) as own:
             by_key = {r.key: r for r in own.map(jobs)}
-        finally:
-            own.close()
     return [by_key.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back") for p in problems]
 
 

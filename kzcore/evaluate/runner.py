@@ -9,7 +9,8 @@ from pathlib import Path
 
 import attrs
 
-from kzcore.plugins import executors, get_plugin_manager, plugin_specs, require_language
+from kzcore.executors import Executor, open_executor
+from kzcore.plugins import get_plugin_manager, plugin_specs, require_language
 from kzcore.results import ResultsWriter, read_results, run_header
 from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem
 
@@ -81,14 +82,18 @@ def evaluate(
     candidates: list[Candidate],
     config: EvalConfig,
     out: Path,
-    executor: str = "local",
+    executor: str | Executor = "local",
     workers: int | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     pm=None,
 ) -> list[EvalResult]:
     """Evaluate ``candidates`` and append results to ``out``; returns every result for these candidates,
-    including ones already in ``out`` from an earlier (interrupted) run, which are not evaluated again."""
+    including ones already in ``out`` from an earlier (interrupted) run, which are not evaluated again.
+
+    ``executor``: a registered executor's name (opened for this call and closed after it; ``workers``
+    workers), or an executor already started (``open_executor``), which is used and left open — the trainer
+    holds one for its whole run."""
     pm = pm or get_plugin_manager()
     for language in sorted({c.language for c in candidates}):
         require_language(language, pm)
@@ -101,14 +106,12 @@ def evaluate(
     if not jobs:
         return results
     prepare_candidates(jobs, config, pm)
-    specs = plugin_specs(pm)
-    pool = executors(pm).get(executor)(workers=workers, config=config, plugins=specs)
+    own = isinstance(executor, str)  # a name: this call opens (warm-up before the header) and closes it
+    pool = open_executor(executor, workers=workers, config=config, pm=pm) if own else executor
     writer = ResultsWriter(out)
     try:
-        if hasattr(pool, "start"):  # optional in the executor protocol: warm up before the header is written
-            pool.start()
         flags = problem_flags(jobs, config, pool)
-        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), specs))
+        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm)))
         for result in pool.map(jobs):
             if flags.get((result.level, result.problem)):
                 result = attrs.evolve(result, problem_degenerate=flags[(result.level, result.problem)])
@@ -119,5 +122,6 @@ def evaluate(
                 on_result(result)
     finally:
         writer.close()
-        pool.close()
+        if own:
+            pool.close()
     return results

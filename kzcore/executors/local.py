@@ -563,21 +563,13 @@ class LocalPool:
 
 
 def _job_of(job) -> tuple:
-    if isinstance(job, EvalJob):
-        return (job.candidate.problem, job.candidate.language, job.candidate.sample)
-    return (job.problem.name,)
+    return job.ident
 
 
 def _result_of(result) -> tuple:
-    if isinstance(result, EvalResult):
-        return (result.problem, result.language, result.sample)
-    return (getattr(result, "problem", None),)
+    return getattr(result, "ident", (getattr(result, "problem", None),))
 
 
 def _failure(job, status: Status, message: str):
     """The result filed for a job whose worker died or hung: an EvalResult, or a failed ProblemReport."""
-    if not isinstance(job, EvalJob):
-        from kzcore.evaluate.problem_check import failed_report
-
-        return failed_report(job, f"{status.value}: {message}")
-    return job.result(status, message)
+    return job.failure(status, message)

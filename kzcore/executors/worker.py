@@ -86,14 +86,10 @@ def _fence(device: str, memory_limit: int | None, scratch: Path) -> dict:
 def _escaped(job, exc: BaseException):
     """The result for a job whose candidate raised SystemExit (sys.exit) or another BaseException that the
     pipeline does not catch: the worker is fine, the candidate failed."""
-    from kzcore.types import EvalJob, Status
+    from kzcore.types import Status
 
     message = f"the candidate raised {type(exc).__name__}{exc.args!r} out of the evaluation"[:500]
-    if isinstance(job, EvalJob):
-        return job.result(Status.RUNTIME_ERROR, message + " (sys.exit is not a way out of an evaluation)")
-    from kzcore.evaluate.problem_check import failed_report
-
-    return failed_report(job, f"runtime_error: {message}")
+    return job.failure(Status.RUNTIME_ERROR, message + " (sys.exit is not a way out of an evaluation)")
 
 
 def _left_processes(result, strays: list[str]):
@@ -183,10 +179,10 @@ def worker_main(
     try:
         info = _setup_torch(device, tf32)
         phase("torch")  # import, and CUDA initialisation on a GPU
-        from kzcore.evaluate.pipeline import evaluate_job, warm_up
-        from kzcore.evaluate.problem_check import check_problem_job
+        # both job kinds' code is loaded now, before the slate's snapshot (jobs reach it through run_in_worker)
+        import kzcore.evaluate.problem_check  # noqa: F401
+        from kzcore.evaluate.pipeline import warm_up
         from kzcore.plugins import new_plugin_manager, set_plugin_manager
-        from kzcore.types import EvalJob
 
         pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
         set_plugin_manager(pm)
@@ -220,10 +216,7 @@ def worker_main(
         jobs_done += 1
         with _profiled(profile_dir, jobs_done, job):
             try:
-                if isinstance(job, EvalJob):
-                    result, poisoned = evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
-                else:
-                    result, poisoned = check_problem_job(job, workdir, device)
+                result, poisoned = job.run_in_worker(pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
             except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
                 result, poisoned = _escaped(job, exc), False
             strays = slate.restore()  # before reporting: a death while restoring is charged to this job

@@ -69,6 +69,7 @@ def distill(
     only_faster: bool = False,
     template: str = "principles",
     workers: int | None = None,
+    executor="local",
     variants: int | None = 0,
     variant_seed: int = 0,
     exclude: list[str] | tuple[str, ...] = (),
@@ -101,7 +102,13 @@ def distill(
         extra = [c for v in pool if (c := v.candidate(language)) is not None]
         candidates = candidates + extra
         results = evaluate(
-            all_problems, candidates, config, out_dir / f"results-{language}.jsonl", workers=workers, pm=pm
+            all_problems,
+            candidates,
+            config,
+            out_dir / f"results-{language}.jsonl",
+            executor=executor,
+            workers=workers,
+            pm=pm,
         )
         verdicts = {r.key: r for r in results}
         n_cand += len(candidates)

@@ -18,8 +18,9 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.executors import open_executor
 from kzcore.jsonl import append_jsonl, read_jsonl
-from kzcore.plugins import executors, get_plugin_manager, plugin_specs
+from kzcore.plugins import get_plugin_manager
 from kzcore.policy import SamplingParams, load_policy, parse_policy_spec
 from kzcore.problems import load_problems
 from kzcore.progress import Progress
@@ -83,13 +84,13 @@ class Trainer:
     # -- plumbing ---------------------------------------------------------------------------------
     @property
     def pool(self):
+        """The run's one executor (``[plugins] executor``), started on first use and closed when the run
+        ends: the Coder's rewards, the Proposer's gates and pass rates, distillation and held-out evaluation
+        all go through it."""
         if self._pool is None:
-            factory = executors(self.pm).get(self.config.plugins.executor)
-            self._pool = factory(
-                workers=self.config.plugins.workers, config=self.config.eval, plugins=plugin_specs(self.pm)
+            self._pool = open_executor(
+                self.config.plugins.executor, workers=self.config.plugins.workers, config=self.config.eval, pm=self.pm
             )
-            if hasattr(self._pool, "start"):
-                self._pool.start()
         return self._pool
 
     def coder_prompt(self, problem: Problem, language: str | None = None) -> list[dict[str, str]]:
@@ -128,7 +129,7 @@ class Trainer:
             summary = distill(
                 self.coldstart, list(self.config.plugins.languages), phase_dir, eval_config, teacher=teacher,
                 solutions=arg if kind == "solutions" else None, k=cfg.k, only_faster=cfg.only_faster,
-                template=self.config.prompts.coder_template, workers=self.config.plugins.workers,
+                template=self.config.prompts.coder_template, executor=self.pool,
                 variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=[p.name for p in self.heldout],
                 keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
             )  # fmt: skip
@@ -277,7 +278,7 @@ class Trainer:
 
                     results = evaluate(
                         self.heldout, candidates, self.config.eval, out / f"results-{language}.jsonl",
-                        workers=self.config.plugins.workers, on_start=lambda already, todo: bar.start(todo),
+                        executor=self.pool, on_start=lambda already, todo: bar.start(todo),
                         on_result=on_result, pm=self.pm,
                     )  # fmt: skip
                 metrics[f"heldout_{language}_statuses"] = _status_counts(results)

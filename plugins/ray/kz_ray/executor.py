@@ -305,8 +305,4 @@ def _lost_result(job, attempts: int, exc: Exception):
         f"the Ray actor evaluating this candidate died {attempts} times ({_reason(exc)}); "
         "the candidate was not evaluated to the end"
     )
-    if isinstance(job, EvalJob):
-        return job.result(Status.RUNTIME_ERROR, message)
-    from kzcore.evaluate.problem_check import failed_report
-
-    return failed_report(job, f"{Status.RUNTIME_ERROR.value}: {message}")
+    return job.failure(Status.RUNTIME_ERROR, message)

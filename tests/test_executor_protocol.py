@@ -1,0 +1,89 @@
+"""The executor protocol (kzcore.executors): ``open_executor`` is the one place that builds and starts one;
+``evaluate`` takes a name (opened and closed by the call) or a started executor (used, left open); every job
+fails itself and names itself, so executors need not tell the two job kinds apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from kzcore.evaluate.runner import evaluate
+from kzcore.executors import Executor, open_executor
+from kzcore.executors.local import LocalPool
+from kzcore.problems import load_problems
+from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, ProblemCheckJob, ProblemReport, Status
+from tests import fakes_hooks
+
+CFG = EvalConfig(trials=1, timeout_s=60)
+
+
+class Started(fakes_hooks.InlineExecutor):
+    starts = 0
+
+    def start(self):
+        Started.starts += 1
+
+
+class FailsToStart(fakes_hooks.InlineExecutor):
+    def start(self):
+        raise RuntimeError("no cluster")
+
+
+class Executors:
+    from kzcore import hookimpl
+
+    @hookimpl
+    def kz_register_executors(self, register):
+        register("started", Started)
+        register("broken", FailsToStart)
+
+
+EXECUTORS = Executors()
+
+
+@pytest.fixture
+def relu():
+    return next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+
+
+def _candidates(n):
+    return [Candidate(problem="1_ReLU", language="python", level=1, sample=i, source="x") for i in range(n)]
+
+
+def test_a_started_executor_is_used_and_left_open(plugins, relu, tmp_path):
+    pm = plugins("kz_pylang", "tests.test_executor_protocol:EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    Started.starts = 0
+    executor = open_executor("started", workers=2, config=CFG, pm=pm)
+    assert Started.starts == 1 and isinstance(executor, Executor)
+    for out in ("a.jsonl", "b.jsonl"):  # two evaluations, one executor
+        evaluate([relu], _candidates(2), CFG, tmp_path / out, executor=executor, pm=pm)
+    assert fakes_hooks.InlineExecutor.instances == [executor] and not executor.closed
+    assert Started.starts == 1 and len([j for j in executor.jobs if isinstance(j, EvalJob)]) == 4
+    executor.close()
+    # by name: the call opens it (start) and closes it
+    evaluate([relu], _candidates(1), CFG, tmp_path / "c.jsonl", executor="started", pm=pm)
+    assert Started.starts == 2 and fakes_hooks.InlineExecutor.instances[-1].closed
+
+
+def test_an_executor_that_fails_to_start_is_closed(plugins):
+    pm = plugins("kz_pylang", "tests.test_executor_protocol:EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    with pytest.raises(RuntimeError, match="no cluster"):
+        open_executor("broken", config=CFG, pm=pm)
+    (executor,) = fakes_hooks.InlineExecutor.instances
+    assert executor.closed
+
+
+def test_jobs_fail_and_name_themselves(relu):
+    cand = _candidates(1)[0]
+    job = EvalJob(problem=relu, candidate=cand, config=CFG)
+    failed = job.failure(Status.TIMEOUT, "no result")
+    assert isinstance(failed, EvalResult) and failed.status is Status.TIMEOUT and failed.ident == job.ident
+    check = ProblemCheckJob(problem=relu, config=CFG)
+    report = check.failure(Status.RUNTIME_ERROR, "worker died")
+    assert isinstance(report, ProblemReport) and not report.ok and report.reason == "runtime_error: worker died"
+    assert report.ident == check.ident == ("1_ReLU",)
+
+
+def test_the_local_pool_is_an_executor():
+    assert isinstance(LocalPool(workers=1, config=CFG, plugins=[]), Executor)
