@@ -1,7 +1,12 @@
 """kzcore: a plugin-based harness for training and evaluating LLMs that write GPU kernels.
 
-Plugins need one import: ``from kzcore import hookimpl``.
+The public plugin API is what ``__all__`` lists: a plugin imports from ``kzcore`` only (``from kzcore import
+hookimpl, Language, KzError``), never from kzcore's modules, so the core can move code between its modules
+without breaking plugins (tests/test_public_api.py checks the bundled plugins). Names other than
+``hookimpl``, ``PROJECT`` and ``__version__`` load on first use, so importing kzcore stays cheap.
 """
+
+import importlib
 
 import pluggy
 
@@ -10,4 +15,48 @@ __version__ = "0.1.0"
 PROJECT = "kzcore"
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-__all__ = ["PROJECT", "__version__", "hookimpl"]
+# name -> the module that defines it (loaded lazily, PEP 562)
+_PUBLIC = {
+    # values that cross hook boundaries
+    **dict.fromkeys(
+        ("Candidate", "Command", "EvalConfig", "EvalJob", "EvalResult", "Language", "OutputCheck", "Phase",
+         "Problem", "ProblemCheckJob", "ProblemReport", "PromptSection", "Status", "Timing"),
+        "kzcore.types",
+    ),  # fmt: skip
+    **dict.fromkeys(("KzError", "CompileError", "ProblemFormatError"), "kzcore.errors"),
+    # policy backends
+    **dict.fromkeys(("Policy", "PolicyError", "Chat", "Completion", "SamplingParams", "load_policy"), "kzcore.policy"),
+    # language plugins: loading candidate files, the static checks' shared rules, the runtime guard, prompts
+    "import_module_from_file": "kzcore.problems",
+    **dict.fromkeys(
+        ("FORBIDDEN_ATTRS", "FORBIDDEN_IMPORTS", "METHOD_COMPUTE", "ModuleInfo", "common_violations", "dotted",
+         "escape_violations", "forward_violations"),
+        "kzcore.evaluate.static",
+    ),  # fmt: skip
+    "guard": "kzcore.evaluate.guard",  # a module: guard.suspended(), guard.compile_only(), guard.PrecompileAbort
+    "one_shot": "kzcore.builtins.prompting",
+    "code_blocks": "kzcore.builtins.extraction",  # (tag, body) of each fenced block in a completion
+    **dict.fromkeys(("cache_dir", "cache_root"), "kzcore.cache"),
+    # executor plugins
+    **dict.fromkeys(("Executor", "open_executor"), "kzcore.executors"),
+    "LocalPool": "kzcore.executors.local",
+    "scrub_environment": "kzcore.executors.worker",
+    **dict.fromkeys(("get_plugin_manager", "plugin_specs"), "kzcore.plugins"),
+}
+_MODULES = {"guard"}  # public names that are modules, not attributes of one
+
+__all__ = ["PROJECT", "__version__", "hookimpl", *sorted(_PUBLIC)]
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kzcore' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name in _MODULES else getattr(loaded, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

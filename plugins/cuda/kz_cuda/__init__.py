@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from kz_cuda.launch import load_kernels
 from kz_cuda.scalars import f32, f64, i32, i64, u32, u64
-from kzcore import hookimpl
-from kzcore.types import Language, PromptSection
+from kzcore import Language, PromptSection, hookimpl
 
 NAME = "cuda"
 INLINE = "cuda-inline"

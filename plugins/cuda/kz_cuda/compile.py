@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from kzcore.errors import CompileError
+from kzcore import CompileError
 
 DEFAULT_ARCH = "sm_90"  # the H200's; a worker on a GPU compiles for that GPU's own capability instead
 BASE_OPTIONS = ("-std=c++17",)

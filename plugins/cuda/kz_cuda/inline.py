@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from kz_cuda.inline_log import import_failure, source_map, trim_build_log
-from kzcore.errors import CompileError
+from kzcore import CompileError
 
 NAME = "cuda-inline"
 DEFAULT_ARCH = "9.0"  # TORCH_CUDA_ARCH_LIST spelling of kz_cuda.compile.DEFAULT_ARCH (sm_90, the H200)
@@ -47,7 +47,7 @@ _real: list = []  # torch's own load_inline, captured before it is first replace
 
 
 def cache_root() -> Path:
-    from kzcore.cache import cache_dir
+    from kzcore import cache_dir
 
     return cache_dir(NAME)
 
@@ -305,7 +305,7 @@ def load_module(path: Path, device: str):
     """Import a cuda-inline candidate in a worker: its load_inline calls build into (or load from) the
     cache. On a CPU worker CUDA extensions are built when torch can, never run: their functions raise
     GPURequiredError, which the pipeline files as ``runtime_error``."""
-    from kzcore.problems import import_module_from_file
+    from kzcore import import_module_from_file
 
     _state["device"] = device
     source = path.read_text()

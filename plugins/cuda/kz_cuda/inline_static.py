@@ -17,14 +17,7 @@ import re
 
 from kz_cuda.runtime import is_kernel_source
 from kz_cuda.static import model_new_problems, walk_problems
-from kzcore.evaluate.static import (
-    FORBIDDEN_IMPORTS,
-    METHOD_COMPUTE,
-    ModuleInfo,
-    dotted,
-    escape_violations,
-    forward_violations,
-)
+from kzcore import FORBIDDEN_IMPORTS, METHOD_COMPUTE, ModuleInfo, dotted, escape_violations, forward_violations
 
 FORBIDDEN = FORBIDDEN_IMPORTS | {"kz_triton"}
 OTHER_GPU_PATHS = {

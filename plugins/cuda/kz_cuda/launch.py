@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from kz_cuda.compile import DEFAULT_ARCH, CompiledModule, compile_cuda
 from kz_cuda.signature import KernelSignature, check_args, launch_dims, parse_kernels, signature_text
-from kzcore.evaluate import guard
+from kzcore import guard
 
 NEEDS_GPU = "CUDA candidates need a GPU; compiled OK with NVRTC for {arch}"
 

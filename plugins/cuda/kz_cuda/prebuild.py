@@ -79,7 +79,7 @@ def target_archs(device: str) -> list[str]:
 
 
 def _child_env() -> dict[str, str]:
-    from kzcore.executors.worker import scrub_environment
+    from kzcore import scrub_environment
 
     env = dict(os.environ)
     scrub_environment(env)
@@ -165,8 +165,7 @@ def child_main(path: Path, result: Path, archs: list[str]) -> None:
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     from kz_cuda import inline
-    from kzcore.errors import CompileError
-    from kzcore.problems import import_module_from_file
+    from kzcore import CompileError, import_module_from_file
 
     sys.path.insert(0, str(path.parent))
     source = path.read_text()

@@ -2,7 +2,7 @@
 test counts them) and a one-shot example (KernelBench's elementwise add); for ``cuda-inline`` its rules and
 the same example written with load_inline."""
 
-from kzcore.builtins.prompting import one_shot
+from kzcore import one_shot
 
 RULES = """Write the kernels in CUDA C++ inside a Python string; kz_cuda compiles it with NVRTC (no nvcc).
 - Declare every kernel you launch as `extern "C" __global__ void name(...)`. NVRTC sees no headers: do not

@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 
 from kz_cuda.compile import compile_cuda
-from kzcore.problems import import_module_from_file
+from kzcore import import_module_from_file
 
 KERNEL_DEFINITION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^()]*\)\s*)?void\s+([A-Za-z_]\w*)\s*\(")
 

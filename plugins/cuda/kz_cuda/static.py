@@ -12,14 +12,7 @@ import ast
 
 from kz_cuda.runtime import is_kernel_source
 from kz_cuda.signature import parse_kernels
-from kzcore.evaluate.static import (
-    FORBIDDEN_ATTRS,
-    FORBIDDEN_IMPORTS,
-    ModuleInfo,
-    dotted,
-    escape_violations,
-    forward_violations,
-)
+from kzcore import FORBIDDEN_ATTRS, FORBIDDEN_IMPORTS, ModuleInfo, dotted, escape_violations, forward_violations
 
 PUBLIC = frozenset("load_kernels i32 u32 i64 u64 f32 f64".split())
 FORBIDDEN = FORBIDDEN_IMPORTS | {"kz_triton"}

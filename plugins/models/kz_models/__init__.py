@@ -16,8 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from kzcore import hookimpl
-from kzcore.policy import Policy
+from kzcore import Policy, hookimpl
 
 # name -> "module:function"; the function takes the spec's ARG and returns a Policy.
 BACKENDS = {

@@ -18,7 +18,7 @@ import attrs
 
 from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
-from kzcore.policy import Chat, Completion, PolicyError, SamplingParams
+from kzcore import Chat, Completion, PolicyError, SamplingParams
 
 OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": ""}
 DTYPES = ("auto", "float32", "bfloat16", "float16")

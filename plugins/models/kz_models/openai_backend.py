@@ -29,7 +29,7 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
-from kzcore.policy import Chat, Completion, PolicyError, SamplingParams
+from kzcore import Chat, Completion, PolicyError, SamplingParams
 
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx but 501 Not Implemented
 MAX_BACKOFF_S = 30.0

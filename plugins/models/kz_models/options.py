@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import parse_qsl
 
-from kzcore.policy import PolicyError
+from kzcore import PolicyError
 
 
 def split_options(backend: str, arg: str, defaults: Mapping[str, str]) -> tuple[str, dict[str, str]]:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kz_models.stopping import truncate_at_stop
-from kzcore.policy import Chat, Completion, PolicyError, SamplingParams
+from kzcore import Chat, Completion, PolicyError, SamplingParams
 
 PROBLEM_MARKER = re.compile(r"<!--\s*kz:problem=([^\s>]+)\s*-->")
 KEY_FIELDS = ("problem", "prompt", "prompt_sha256")

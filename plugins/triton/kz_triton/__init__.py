@@ -9,8 +9,7 @@ check and prompt, and only workers compile and run.
 from __future__ import annotations
 
 from kz_triton.static import check_source
-from kzcore import hookimpl
-from kzcore.types import Language, PromptSection
+from kzcore import Language, PromptSection, hookimpl
 
 NAME = "triton"
 

@@ -1,6 +1,6 @@
 """The Triton language's prompt sections: its rules and a one-shot example (KernelBench's elementwise add)."""
 
-from kzcore.builtins.prompting import one_shot
+from kzcore import one_shot
 
 RULES = """Write the kernels in Triton (`import triton`, `import triton.language as tl`, `@triton.jit`).
 - `ModelNew.forward` may only allocate outputs (`torch.empty`, `torch.empty_like`, `torch.zeros`, `new_empty`),

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kzcore.errors import CompileError
-from kzcore.evaluate import guard
-from kzcore.problems import import_module_from_file
+from kzcore import CompileError, guard, import_module_from_file
 
 
 def load_module(path: Path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from kzcore.evaluate.static import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
+from kzcore import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
 
 
 def _is_jit(dec: ast.AST) -> bool:

@@ -2,9 +2,7 @@
 own pyproject.toml and registers through an entry point, as a third-party kernel-language plugin would (in
 the ``kzcore.test`` group, loaded only under KZ_TEST_PLUGINS=1); docs/plugins.md walks through it."""
 
-from kzcore import hookimpl
-from kzcore.problems import import_module_from_file
-from kzcore.types import Language, PromptSection
+from kzcore import Language, PromptSection, hookimpl, import_module_from_file
 
 NAME = "python"
 
@@ -54,8 +52,7 @@ class EchoPolicy:
             time.sleep(self.delay)
         self.batches += 1
 
-        from kzcore.builtins.extraction import code_blocks
-        from kzcore.policy import Completion
+        from kzcore import Completion, code_blocks
 
         out = []
         for i, chat in enumerate(prompts):
