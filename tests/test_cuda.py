@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +17,14 @@ from kz_cuda.launch import GPURequiredError, Kernel
 from kz_cuda.runtime import kernel_strings, load_module
 from kz_cuda.signature import check_args, launch_dims, parse_kernels
 from kz_cuda.static import check_source
+from kz_suites import BUILTIN_SUITE
 from kzcore import PROJECT
 from kzcore.errors import CompileError
 from kzcore.evaluate.runner import evaluate
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems, load_solutions
 from kzcore.types import Candidate, EvalConfig, Status
 
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = ROOT / "kzcore" / "suites" / "builtin" / "solutions" / "cuda"
+SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda"
 BUILTIN_SOLUTIONS = sorted(SOLUTIONS.glob("level*/*.py"))
 EM_CUDA = 190  # ELF e_machine of a CUDA cubin
 
@@ -413,7 +412,7 @@ def test_reference_solution_passes_static_check_and_compiles_for_sm90(path, tmp_
     copy = tmp_path / f"kz_solution_{path.parent.name}_{path.stem}.py"
     copy.write_text(source)
     module = load_module(copy, "cpu")  # every kernel string compiled with NVRTC for sm_90
-    problem = import_module_from_file(ROOT / "kzcore/suites/builtin" / path.parent.name / path.name, "kz_prob")
+    problem = import_module_from_file(BUILTIN_SUITE / path.parent.name / path.name, "kz_prob")
     apply_size_profile(problem, "small")
     init = problem.get_init_inputs()
     torch.manual_seed(0)

@@ -22,6 +22,7 @@ from kz_cuda.inline_log import source_map, trim_build_log
 from kz_cuda.inline_static import check_source
 from kz_cuda.launch import GPURequiredError
 from kz_cuda.prebuild import BuildStatus, prebuild, prepare
+from kz_suites import BUILTIN_SUITE
 from kzcore import hookimpl
 from kzcore.cache import cache_dir
 from kzcore.errors import CompileError
@@ -29,8 +30,7 @@ from kzcore.evaluate.runner import evaluate
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems, load_solutions
 from kzcore.types import Candidate, EvalConfig, Status
 
-ROOT = Path(__file__).resolve().parent.parent
-SUITE = ROOT / "kzcore" / "suites" / "builtin"
+SUITE = BUILTIN_SUITE
 SOLUTIONS = sorted((SUITE / "solutions" / "cuda-inline").glob("level*/*.py"))
 RELU_SOLUTION = SUITE / "solutions" / "cuda-inline" / "level1" / "1_ReLU.py"
 

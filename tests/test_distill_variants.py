@@ -7,11 +7,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 
 import attrs
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.policy import Completion
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems
 from kzcore.train import variants as V
@@ -20,7 +20,7 @@ from kzcore.types import EvalConfig
 
 BUILTIN = load_problems("builtin")
 ORIGINAL = {p.name: p for p in BUILTIN}
-SOLUTIONS = Path(__file__).resolve().parent.parent / "kzcore/suites/builtin/solutions/triton"
+SOLUTIONS = BUILTIN_SUITE / "solutions/triton"
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def adversarial(kind: str) -> str:
 @pytest.fixture(scope="module")
 def suite() -> tuple[dict[str, Problem], dict[str, Candidate]]:
     """Every built-in problem by name, and its built-in Triton solution."""
-    pm = new_plugin_manager(load_entry_points=False)
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
     problems = load_problems("builtin", pm=pm)
     assert len({p.name for p in problems}) == len(problems)  # names are unique across levels
     solutions = load_solutions("builtin", problems, "triton", pm=pm)
@@ -391,7 +391,7 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
     assert [row["type"] for row in rows] == ["run", "result", "result"]
     header = rows[0]
     assert header["config"] == to_json(CONFIG)
-    assert header["plugins"] == ["kz_triton"]
+    assert header["plugins"] == ["kz_suites", "kz_triton"]
     for package in ("torch", "triton", "pluggy", "attrs"):
         assert header["packages"].get(package), f"{package} version missing from {header['packages']}"
     assert header["executor"]["torch"] == header["packages"]["torch"]  # what the worker imported

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.evaluate.runner import evaluate
 from kzcore.problems import load_problems, load_solutions
 from kzcore.types import Candidate, EvalConfig, Status
@@ -136,7 +137,7 @@ def test_triton_precompile_compiles_without_launching(tmp_path):
 
     from kz_triton.runtime import _jit_functions, instrument, load_module, precompile
 
-    root = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin" / "solutions" / "triton"
+    root = BUILTIN_SUITE / "solutions" / "triton"
     shutil.copy(root / "level1" / "11_Softmax.py", tmp_path / "kz_candidate_precompile.py")
     module = load_module(tmp_path / "kz_candidate_precompile.py")
     launches = instrument(module)

@@ -297,7 +297,7 @@ def triton_pool():
 
 @pytest.fixture(scope="module")
 def builtin():
-    pm = new_plugin_manager(load_entry_points=False)
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
     problems = {p.name: p for p in load_problems("builtin:1", pm=pm)}
     solutions = {c.problem: c for c in load_solutions("builtin", list(problems.values()), "triton", pm=pm)}
     return problems, solutions

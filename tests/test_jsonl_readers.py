@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.errors import KzError, ProblemFormatError
 from kzcore.problems import load_problems, load_solutions
 from kzcore.proposer.gates import GATE_ORDER, GateResult
@@ -25,8 +26,7 @@ from kzcore.proposer.pool import (
 )
 from kzcore.train.sft import load_sft_rows
 
-ROOT = Path(__file__).resolve().parent.parent
-RELU_PATH = ROOT / "kzcore/suites/builtin/level1/1_ReLU.py"
+RELU_PATH = BUILTIN_SUITE / "level1/1_ReLU.py"
 RELU = RELU_PATH.read_text()
 TORN = '{"name": "x", "co'
 

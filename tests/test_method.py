@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.problems import load_problems
 from kzcore.proposer.catalog import load_catalog
 from kzcore.proposer.gates import GATE_ORDER, GateResult
@@ -35,7 +36,7 @@ from tests import fakes_policy
 from tests.tinymodel import build_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-RELU = str(ROOT / "kzcore/suites/builtin/level1/1_ReLU.py")
+RELU = str(BUILTIN_SUITE / "level1/1_ReLU.py")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.cli import build_parser, quiet_known_warnings
 from kzcore.jsonl import read_jsonl
 from kzcore.report import verdict_counts
@@ -25,7 +26,7 @@ from kzcore.results import ResultsWriter
 from kzcore.train.config import ConfigError, TrainConfig, check_device, load_config
 from kzcore.types import EvalResult, Status
 
-SUITE = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+SUITE = BUILTIN_SUITE
 KZ = Path(sys.executable).with_name("kz")
 
 

@@ -47,7 +47,7 @@ def test_entry_points_load_by_default(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.delenv("KZ_DISABLE_PLUGINS", raising=False)
     pm = new_plugin_manager(load_entry_points=True)
-    assert entry_point_names(pm) == {"triton", "pylang", "models", "cuda", "ray"}
+    assert entry_point_names(pm) == {"triton", "pylang", "models", "cuda", "ray", "suites"}
     assert sorted(languages(pm).items) == ["cuda", "cuda-inline", "python", "triton"]
     assert languages(pm).owners == {"triton": "triton", "python": "pylang", "cuda": "cuda", "cuda-inline": "cuda"}
     # the defaults are registered last, so every installed plugin's implementation is called before them
@@ -71,9 +71,9 @@ def test_disable_plugins_env(monkeypatch):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang")
     pm = new_plugin_manager()
-    assert entry_point_names(pm) == {"triton", "models", "cuda", "ray"}
+    assert entry_point_names(pm) == {"triton", "models", "cuda", "ray", "suites"}
     assert "python" not in languages(pm).items
-    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton,models,cuda,ray")
+    monkeypatch.setenv("KZ_DISABLE_PLUGINS", "pylang,triton,models,cuda,ray,suites")
     assert entry_point_names(new_plugin_manager()) == set()
     monkeypatch.setenv("KZ_LOAD_PLUGINS", "triton,pylang")  # disabling wins over selecting
     monkeypatch.setenv("KZ_DISABLE_PLUGINS", "triton")

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.errors import ProblemFormatError
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems, load_solutions
 from kzcore.types import Problem
 
-BUILTIN = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+BUILTIN = BUILTIN_SUITE
 
 # Verbatim KernelBench level-1 layout: constants after the class, no KZ_SIZES.
 KB_FOO = '''import torch

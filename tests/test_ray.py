@@ -25,6 +25,7 @@ ray = pytest.importorskip(
 )
 
 from kz_ray.executor import RayPool  # noqa: E402
+from kz_suites import BUILTIN_SUITE  # noqa: E402
 from kzcore import PROJECT  # noqa: E402
 from kzcore.cli import main  # noqa: E402
 from kzcore.executors.local import LocalPool  # noqa: E402
@@ -34,7 +35,7 @@ from kzcore.results import read_headers, read_results  # noqa: E402
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Status, to_json  # noqa: E402
 
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
-SUITE = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+SUITE = BUILTIN_SUITE
 CONFIG = EvalConfig(device="cpu", trials=2, timeout_s=60)
 SPECS = ["kz_triton", "tests.fakes_ray:ACTOR_KILLER"]
 
@@ -54,7 +55,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def suite() -> tuple[dict[str, Problem], dict[str, Candidate]]:
-    pm = new_plugin_manager(load_entry_points=False)
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
     problems = load_problems("builtin", pm=pm)
     solutions = load_solutions("builtin", problems, "triton", pm=pm)
     return {p.name: p for p in problems}, {c.problem: c for c in solutions}

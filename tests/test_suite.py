@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from kz_suites import BUILTIN_SUITE
 from kzcore.builtins.outputs import compare
 from kzcore.evaluate.pipeline import as_list
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems
 from kzcore.types import EvalConfig
 
-SUITE = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+SUITE = BUILTIN_SUITE
 PROBLEMS = load_problems("builtin")
 CONFIG = EvalConfig()
 _ids = itertools.count()

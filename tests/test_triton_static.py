@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from kz_suites import BUILTIN_SUITE
 from kz_triton.static import check_source
 
-SOLUTIONS = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin" / "solutions" / "triton"
+SOLUTIONS = BUILTIN_SUITE / "solutions" / "triton"
 BUILTIN_SOLUTIONS = sorted(SOLUTIONS.glob("**/*.py"))
 
 HEADER = """import torch

@@ -12,7 +12,8 @@ CHAT_TEMPLATE = (
 
 
 def corpus() -> list[str]:
-    root = Path(__file__).resolve().parent.parent / "kzcore" / "suites" / "builtin"
+    from kz_suites import BUILTIN_SUITE as root
+
     return [p.read_text() for p in sorted(root.rglob("*.py"))[:30]]
 
 

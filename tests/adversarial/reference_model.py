@@ -1,5 +1,5 @@
-"""Cheat: imports the problem's own reference module from kzcore's suite by file path (importlib, no kzcore
-import) and runs its `Model` in forward (1_ReLU)."""
+"""Cheat: imports the problem's own reference module from the builtin suite (kz_suites) by file path
+(importlib, no kzcore import) and runs its `Model` in forward (1_ReLU)."""
 
 import importlib.util
 from pathlib import Path
@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-_suite = Path(importlib.util.find_spec("kzcore").origin).parent / "suites" / "builtin" / "level1"
+_suite = Path(importlib.util.find_spec("kz_suites").origin).parent / "builtin" / "level1"
 _spec = importlib.util.spec_from_file_location("relu_reference", _suite / "1_ReLU.py")
 _reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_reference)
