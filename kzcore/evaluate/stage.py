@@ -1,0 +1,128 @@
+"""What every stage of one candidate's evaluation shares: the `Verdict` that ends it early, the `StageClock`
+that books its seconds, and `EvaluationState`, the job's state with the device and GPU-lock helpers.
+
+Neighbours: the stage mixins (`loading`, `trials`, `second_shape`, `timing`, `workcheck`) build on
+`EvaluationState`; `pipeline.Evaluation` combines them and runs the stages in order."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+import traceback
+from pathlib import Path
+
+from kzcore.types import EvalJob, Status
+
+MESSAGE_LIMIT = 1500
+_counter = itertools.count()
+
+
+class Verdict(Exception):
+    """Ends the pipeline early with a status and a message for the model."""
+
+    def __init__(self, status: Status, message: str, **fields):
+        super().__init__(message)
+        self.status, self.message, self.fields = status, message, fields
+
+
+class StageClock:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.target: str | None = None
+
+    @contextlib.contextmanager
+    def charge_to(self, stage: str):
+        """Book every stage timed inside to ``stage`` (an enclosing one wins), so extra checks leave the main
+        stages' figures alone."""
+        previous = self.target
+        self.target = previous or stage
+        try:
+            yield
+        finally:
+            self.target = previous
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        stage = self.target or stage
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.perf_counter() - t0, 6)
+
+
+def candidate_error(exc: BaseException, candidate_file: Path | None) -> str:
+    """A short, model-actionable description: exception, message, and the candidate's line if any."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if candidate_file is not None:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(candidate_file)]
+        if frames:
+            f = frames[-1]
+            text += f"\n  at line {f.lineno} in {f.name}: {(f.line or '').strip()}"
+    return text[:MESSAGE_LIMIT]
+
+
+def is_fatal_device_error(exc: BaseException) -> bool:
+    """CUDA errors after which the worker must be replaced (a context that saw an illegal access is
+    unusable for good)."""
+    text = f"{type(exc).__name__} {exc}"
+    return any(
+        s in text
+        for s in (
+            "illegal memory access",
+            "CUDA error",
+            "AcceleratorError",
+            "unspecified launch failure",
+            "misaligned address",
+            "out of memory",  # OOM: start clean rather than limp on a fragmented cache
+        )
+    )
+
+
+class EvaluationState:
+    """One job's state across the stages, and the helpers every stage uses."""
+
+    def __init__(self, job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0):
+        self.job, self.pm, self.workdir, self.device = job, pm, workdir, device
+        self.gpu_lock, self.lock_index = gpu_lock, lock_index
+        self.config = job.config
+        self.language = job.candidate.language
+        self.clock = StageClock()
+        self.fields: dict = {}
+        self.candidate_file: Path | None = None
+        self.poisoned = False
+        self.uid = next(_counter)
+        self.notes: list[str] = []  # harness notes for the result (added to timing_note)
+        self.base_sizes: list[float] = []  # output magnitudes of the unvaried first trial
+
+    def seed(self, value: int) -> None:
+        import torch
+
+        torch.manual_seed(value)
+
+    def device_ctx(self):
+        import torch
+
+        return torch.device(self.device)
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def shared_gpu(self):
+        """Held while this worker uses the GPU for anything but timing (other workers may too)."""
+        return self.gpu_lock.shared(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
+
+    def exclusive_gpu(self):
+        """Held while timing: no other worker on this GPU runs anything."""
+        return self.gpu_lock.exclusive(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
+
+    def forward(self, language: str, model, inputs):
+        return self.pm.hook.kz_run_forward(language=language, model=model, inputs=inputs)
+
+    def note_once(self, note: str) -> None:
+        if note and note not in self.notes:
+            self.notes.append(note)

@@ -1,0 +1,85 @@
+"""The timing stage and the re-verification of an implausible speedup (more trials, the second shape and a
+second timing pass). Neighbours: ``kz_time_candidate`` (the timer), `trials` and `second_shape` (re-run)."""
+
+from __future__ import annotations
+
+from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
+from kzcore.evaluate.tensors import clone_inputs, refill
+from kzcore.types import Status
+
+REVERIFY_TRIALS = 3  # extra trials on new seeds when a speedup is implausible
+TIMING_FIELDS = ("ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note")
+
+
+class Timing(EvaluationState):
+    """Uses ``trial`` (`trials`) and ``second_shape`` (`second_shape`) to re-verify."""
+
+    def timing_inputs(self, problem_mod) -> tuple[list, list]:
+        with self.device_ctx():
+            self.seed(self.config.seed * 1000 + 999)
+            inputs = list(problem_mod.get_inputs())
+        return clone_inputs(inputs), clone_inputs(inputs)
+
+    def timing(self, reference, candidate, inputs) -> None:
+        ref_inputs, cand_inputs = inputs
+        with self.clock("timing"):
+            try:
+                timing = self.pm.hook.kz_time_candidate(
+                    device=self.device,
+                    reference=lambda: self.forward("reference", reference, ref_inputs),
+                    candidate=lambda: self.forward(self.language, candidate, cand_inputs),
+                    config=self.config,
+                )
+            except Exception as exc:
+                self.poisoned = is_fatal_device_error(exc)
+                raise Verdict(
+                    Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, self.candidate_file)
+                ) from None
+        self.fields.update(
+            ref_ms=timing.ref_ms,
+            cand_ms=timing.cand_ms,
+            speedup=timing.speedup,
+            ref_spread=timing.ref_spread,
+            cand_spread=timing.cand_spread,
+            timing_reps=timing.reps,
+            timing_note="; ".join(x for x in (timing.note, *self.notes) if x),
+        )
+
+    def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
+        """Accept a speedup above ``implausible_speedup`` only once it survives a re-check: the timing's own
+        input tensors refilled with new values for more trials on new seeds (a cache keyed on them, or
+        on their pointers, returns stale outputs), the second shape on a new seed, and a second timing pass
+        on the refilled inputs (the lower speedup is kept). A failed re-check is ``hack_suspected``."""
+        limit, speedup = self.config.implausible_speedup, self.fields.get("speedup")
+        if not limit or not speedup or speedup <= limit:
+            return
+        ref_inputs, cand_inputs = inputs
+        first = self.config.trials + 1  # index trials is the second shape's
+        with self.clock.charge_to("reverify"):
+            try:
+                with self.shared_gpu():
+                    buffers = cand_inputs
+                    for k in range(REVERIFY_TRIALS):
+                        label = f"re-verification trial {k}"
+                        buffers = self.trial(
+                            problem_mod, reference, candidate, launches, index=first + k, label=label, buffers=buffers
+                        )
+                    self.second_shape(candidate_mod, launches, index=first + REVERIFY_TRIALS, locked_by_caller=True)
+                    refill(ref_inputs, buffers)  # both sides time the same (last trial's) values
+            except Verdict as verdict:
+                raise Verdict(
+                    Status.HACK_SUSPECTED,
+                    f"speedup {speedup:.3g}x is above implausible_speedup={limit:g} and re-verification failed: "
+                    + verdict.message,
+                    **verdict.fields,
+                ) from None
+            before = {name: self.fields.get(name) for name in TIMING_FIELDS}
+            with self.exclusive_gpu():
+                self.timing(reference, candidate, inputs)
+        again = self.fields.get("speedup")
+        if again is None or speedup < again:
+            self.fields.update(before)
+        note = f"re-verified: speedup {speedup:.3g}x, then {again or 0:.3g}x on new values; the lower kept"
+        self.fields.update(
+            reverified=True, timing_note="; ".join(x for x in (self.fields.get("timing_note"), note) if x)
+        )

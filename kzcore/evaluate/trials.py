@@ -1,0 +1,93 @@
+"""The correctness trials: each runs the candidate then the reference on fresh (possibly varied) inputs and
+checks the outputs, the operators the forward ran, its launches and its inputs. Neighbours: `variation` (input
+variation), `guard` (the operator recorder), `magnitude` and ``kz_check_outputs`` (the output check)."""
+
+from __future__ import annotations
+
+from kzcore.errors import CompileError
+from kzcore.evaluate import guard, magnitude, memory, variation
+from kzcore.evaluate.stage import MESSAGE_LIMIT, EvaluationState, Verdict, candidate_error, is_fatal_device_error
+from kzcore.evaluate.tensors import as_list, changed_inputs, refill
+from kzcore.types import Status
+
+
+class Trials(EvaluationState):
+    """The main correctness trials, and the single trial the other stages reuse."""
+
+    def trial_seed(self, index: int) -> int:
+        """The RNG seed of trial ``index``: main trials 0..trials-1, then the extra ones (second shape,
+        re-verification), each with its own seed; timing uses 999 and 998."""
+        return self.config.seed * 1000 + index + 1
+
+    def correctness(self, problem_mod, reference, candidate, launches) -> None:
+        buffers = None
+        for trial in range(self.config.trials):
+            buffers = self.trial(problem_mod, reference, candidate, launches, index=trial, buffers=buffers)
+
+    def trial(
+        self, problem_mod, reference, candidate, launches, *, index: int, label: str = "", vary: bool = True,
+        buffers: list | None = None,
+    ) -> list:  # fmt: skip
+        """One correctness trial on fresh inputs seeded by ``index`` (varied unless ``index`` is 0 or
+        ``vary`` is False). The candidate runs first, on ``buffers`` refilled in place when they fit (the same
+        tensors as the trial before, new values: a cache keyed on the input tensors or their pointers hands
+        back stale outputs), else on clones; then the reference on the pristine inputs. Returns the buffers."""
+        guarded = self.job_language().guard_torch_ops if self.job_language() else True
+        mode = variation.effective_mode(self.config.input_variation, problem_mod) if vary else "none"
+        with self.clock("inputs"):
+            with self.device_ctx():
+                self.seed(self.trial_seed(index))
+                pristine = list(problem_mod.get_inputs())
+                changes = variation.plan(mode, self.config.seed, index, len(pristine), self.config.input_scale_decades)
+                pristine, applied = variation.vary(pristine, changes, self.trial_seed(index))
+            cand_inputs = refill(buffers, pristine)
+            if self.device == "cuda":
+                memory.poison_free_cache()
+        label = label or f"trial {index}"
+        if applied:
+            label += f" ({variation.describe(applied)})"
+        with self.clock("candidate"):
+            recorder = guard.recorder(record=guarded)
+            try:
+                with recorder:
+                    actual = as_list(self.forward(self.language, candidate, cand_inputs))
+                self.sync()
+            except CompileError as exc:
+                raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
+            except Exception as exc:
+                self.poisoned = is_fatal_device_error(exc)
+                raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, self.candidate_file)) from None
+        if recorder.forbidden:
+            ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
+            raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+        mutated = changed_inputs(pristine, cand_inputs)
+        if mutated:
+            raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
+        if index == 0 and launches is not None and launches() == 0:
+            raise Verdict(
+                Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
+            )
+        with self.clock("reference"):
+            expected = as_list(self.forward("reference", reference, pristine))
+            self.sync()
+        with self.clock("check"):
+            config = self.config
+            if index == 0 and mode != "none":
+                self.base_sizes = variation.magnitudes(expected)
+            elif applied and self.base_sizes:
+                config = variation.varied_config(config, self.base_sizes, variation.magnitudes(expected))
+            check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=config)
+            if check.ok:  # the core's own check, whichever plugin compared elementwise
+                check = magnitude.check_relative_error(expected, actual, self.config, check)
+        self.fields.update(
+            max_abs_err=max(self.fields.get("max_abs_err") or 0.0, check.max_abs_err),
+            max_rel_err=max(self.fields.get("max_rel_err") or 0.0, check.max_rel_err),
+        )
+        if not check.ok:
+            raise Verdict(Status.INCORRECT, f"{label}: {check.message}")
+        return cand_inputs
+
+    def job_language(self):
+        from kzcore.plugins import languages
+
+        return languages(self.pm).items.get(self.language)
