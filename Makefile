@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kz-installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo eval-demo test gpu-check clean
+.PHONY: demo eval-demo test test-fast gpu-check clean
 
 # Set-up is quiet: -qq hides pip's warnings, among them one "Location '…/NAME/' is ignored" per package that
 # is missing from one of the local file:// indexes a pip config may list (pip.conf under /etc); errors still show.
@@ -27,6 +27,12 @@ eval-demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# The edit loop's lane: the suite less the tests marked slow (own worker pools, worker crashes, timeouts,
+# training, builds); under 2 minutes on a 2-core CPU machine. `make test` (all of it) is what CI runs.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 gpu-check:
 	scripts/gpu-check

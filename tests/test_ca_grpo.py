@@ -121,6 +121,7 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_two_processes_equal_single_process(tmp_path):
     rows = []
     for gid, items in {
@@ -152,6 +153,7 @@ def test_two_processes_equal_single_process(tmp_path):
     assert ca_grpo_rewards([Verdict(**x) for x in rows[1::2]], CAGRPOConfig(tau=0.5, speed="rank")) != per_rank[1]
 
 
+@pytest.mark.slow
 def test_two_prompts_of_one_problem_are_two_groups_across_two_processes(tmp_path):
     """Two prompts of 1_ReLU in one batch (task ids 0 and 1), each prompt's 2 generations split over 2 ranks
     (gloo) through CoderReward: prompt 0 is all correct (rho 1 >= tau 0.75: the speed term is on), prompt 1

@@ -40,6 +40,7 @@ def _constants(source: str) -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 def test_every_variant_problem_loads_and_its_model_runs_at_small_and_alt(generated, tmp_path):
     import torch
 
@@ -121,6 +122,7 @@ def _broken(v: V.Variant) -> V.Variant:
     return attrs.evolve(v, problem=problem, solutions={**v.solutions, "triton": source}, origin="broken", op="")
 
 
+@pytest.mark.slow
 def test_distill_keeps_only_verified_variants_with_provenance(plugins, tmp_path, monkeypatch, generated):
     pm = plugins("kz_triton", "kz_cuda")
     by_name = {v.name: v for v in generated}
@@ -170,6 +172,7 @@ class RecordingTeacher:
         pass
 
 
+@pytest.mark.slow
 def test_keep_reasoning_and_the_teachers_token_budget(plugins, tmp_path):
     pm = plugins("kz_triton")
     teacher = RecordingTeacher()
@@ -200,12 +203,14 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
 
     monkeypatch.setattr(trainer_mod, "distill", fake_distill)
     section = DistillSection(variants=7, variant_seed=3, keep_reasoning=False, max_new_tokens=512)
+    executor = object()  # the run's one executor: distillation evaluates through it
     fake = SimpleNamespace(
         config=attrs.evolve(TrainConfig(), distill=section), coldstart=[], pm=None,
-        heldout=[ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]],
+        heldout=[ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]], pool=executor,
     )  # fmt: skip
     out = trainer_mod.Trainer.distill(fake, None, tmp_path)
     keys = ("variants", "variant_seed", "keep_reasoning", "max_new_tokens")
     assert [seen[k] for k in keys] == [7, 3, False, 512]
+    assert seen["executor"] is executor
     assert seen["exclude"] == ["3_Sigmoid", "2_GELU"] and out["variants"]["triton"]["kept"] == 1
     assert DistillSection() == DistillSection(variants=0, variant_seed=0, keep_reasoning=True, max_new_tokens=4096)

@@ -157,6 +157,7 @@ def sleepers() -> set[int]:
 # ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_abort_is_a_crash_named_by_its_signal(pool, relu):
     # defence: LocalPool._collect sees the dead worker's sentinel, names the signal and replaces it
     pid, replaced = worker_pid(pool), pool.replaced
@@ -167,6 +168,7 @@ def test_abort_is_a_crash_named_by_its_signal(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_os_exit_in_forward_or_at_import_is_a_crash(pool, relu):
     # defence: the same crash path; the queue goes on after two dead workers in one map
     replaced = pool.replaced
@@ -193,6 +195,7 @@ def test_sys_exit_is_a_runtime_error_and_the_worker_stays(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_worker_dying_while_idle_costs_no_job(pool, relu):
     # defence: LocalPool._dispatch puts the job back and replaces the worker when sending fails (without it
     # BrokenPipeError ends the whole map)
@@ -216,6 +219,7 @@ def start_plan(tmp_path, monkeypatch, **plan) -> list[str]:
     return ["kz_triton", "tests.fakes_hooks:START_PLAN"]
 
 
+@pytest.mark.slow
 def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
     # defence: LocalPool._replace kills the crashed worker and starts its successor without waiting for it
     # (it takes jobs once it reports ready); before, the scheduling loop waited out every replacement's
@@ -241,6 +245,7 @@ def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
         assert all(w.ready for w in own.workers.values())
 
 
+@pytest.mark.slow
 def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, monkeypatch):
     # defence: LocalPool._succeed promotes a ready spare (EvalConfig.standby_workers) into a dead worker's
     # slot and starts a new spare behind it; without one, the slot waits out a new worker's start-up
@@ -268,6 +273,7 @@ def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, 
         assert len(own.spares) == 1 and own.spares[0].ready and own.spares[0] is not spare
 
 
+@pytest.mark.slow
 def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch):
     # defence: LocalPool._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
     # map with a one-line KzError; results already yielded stay with the caller
@@ -296,6 +302,7 @@ def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, t
     assert len(list(tmp_path.glob("start-*"))) == 1 + MAX_START_FAILURES
 
 
+@pytest.mark.slow
 def test_a_replacement_that_hangs_while_starting_is_given_up_on(relu, tmp_path, monkeypatch):
     # defence: LocalPool._tend kills a replacement that has not reported ready by its start deadline and tries
     # again; after MAX_START_FAILURES the map stops with a one-line error instead of waiting forever
@@ -353,6 +360,7 @@ def test_process_started_through_a_library_is_refused_at_run_time(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_process_left_running_is_killed_and_hack_suspected(loose_pool, relu):
     # defence: CleanSlate.restore -> sandbox.sweep_children after every job (here the process guard is off,
     # as if a candidate had got past it); without it the sleeper outlives the job
@@ -424,6 +432,7 @@ def test_signalling_another_process_is_refused(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu):
     # defence: LocalPool kills with SIGKILL (kill_process_tree), which a candidate cannot ignore; with
     # SIGTERM the spinning worker would live on
@@ -439,6 +448,7 @@ def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_timer_armed_by_a_candidate_is_disarmed(pool, relu):
     # defence: CleanSlate._restore_signals cancels interval timers after each job; without it SIGALRM kills
     # the worker two seconds later, between or during other candidates' jobs
@@ -493,6 +503,7 @@ def test_files_outside_the_scratch_directory_are_read_only(pool, relu, tmp_path)
     assert_clean_and_correct(after)  # its own scratch dir stays writable (the probe writes there)
 
 
+@pytest.mark.slow
 def test_worker_scratch_directories_are_removed_with_their_worker(relu):
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton"]) as own:
         (worker,) = own.workers.values()
@@ -513,6 +524,7 @@ def test_stdout_flood_goes_to_a_capped_log(pool, relu):
     assert log.stat().st_size <= LOG_LIMIT
 
 
+@pytest.mark.slow
 def test_closing_the_result_pipe_is_a_crash(pool, relu):
     # defence: EOF on the pipe is a dead worker (LocalPool._collect); the worker is replaced
     replaced = pool.replaced
@@ -523,6 +535,7 @@ def test_closing_the_result_pipe_is_a_crash(pool, relu):
     assert_clean_and_correct(after)
 
 
+@pytest.mark.slow
 def test_junk_in_the_result_pipe_is_a_runtime_error(pool, relu):
     # defence: local.receive (length bound, only kzcore's types unpickled, message shape checked); without it
     # the pool reads the junk's first bytes as a 1.8 GB message length and waits for it forever
@@ -546,6 +559,7 @@ class _Forged:
         return (os.system, ("touch kz-forged-pickle-ran",))
 
 
+@pytest.mark.slow
 def test_messages_from_a_worker_are_bounded_and_build_no_foreign_objects(tmp_path, monkeypatch):
     # defence: _bound_reads (SO_RCVTIMEO) and _MessageUnpickler; without them a header with no body blocks
     # the pool forever, and a pickle written into the pipe runs code in the evaluator's own process
@@ -619,7 +633,7 @@ def tcp_server():
     ("which", "fence", "refusal"),
     [
         ("pool", ("netns", "userns+netns"), "Network is unreachable"),  # userns+netns where we are not root
-        ("loose_pool", ("socket-block",), "network access is disabled"),
+        pytest.param("loose_pool", ("socket-block",), "network access is disabled", marks=pytest.mark.slow),
     ],
 )
 def test_candidate_cannot_reach_the_network(request, relu, which, fence, refusal):

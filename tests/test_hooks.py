@@ -188,6 +188,7 @@ def test_kz_register_suites(plugins, relu, tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_kz_extract_source(plugins, relu, tmp_path):
     tagged = f"Here you go.\n<code>\n{PY_RELU}</code>\nDone."
     assert extract_source(tagged).startswith("Here you go.")  # the default keeps the tags: not importable
@@ -199,6 +200,7 @@ def test_kz_extract_source(plugins, relu, tmp_path):
     assert "extract" in results[0].stages
 
 
+@pytest.mark.slow
 def test_kz_static_check(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:BANNING_STATIC_CHECK")
     results = run(pm, relu, [py_candidate(0, PY_RELU), py_candidate(1, PY_CLAMP)], tmp_path)
@@ -207,6 +209,7 @@ def test_kz_static_check(plugins, relu, tmp_path):
     assert results[1].status is Status.CORRECT, results[1].message  # [] means the source passes
 
 
+@pytest.mark.slow
 def test_kz_load_candidate(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:FOREIGN_LOADER")
     not_python = "class ModelNew <<< a foreign language the fake loader compiles >>>\n"
@@ -217,6 +220,7 @@ def test_kz_load_candidate(plugins, relu, tmp_path):
     assert results[1].message == "fake compiler: BROKEN is not a valid instruction"
 
 
+@pytest.mark.slow
 def test_kz_instrument_candidate(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:LAUNCH_COUNTER")
     five, none = PY_RELU + "\nKZ_FAKE_LAUNCHES = 5\n", PY_RELU + "\nKZ_FAKE_LAUNCHES = 0\n"
@@ -243,6 +247,7 @@ def test_kz_kernel_names(plugins, tmp_path):
     assert pm.hook.kz_kernel_names(language="python", module=module) is None  # not these plugins' language
 
 
+@pytest.mark.slow
 def test_kz_precompile(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:PRECOMPILER")
     # forward is only right when the plugin precompiled the model for this very input shape
@@ -264,6 +269,7 @@ def test_kz_precompile(plugins, relu, tmp_path):
     assert results[0].status is Status.INCORRECT
 
 
+@pytest.mark.slow
 def test_kz_run_forward(plugins, relu, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:ALT_FORWARD")
     # __call__ returns zeros (wrong); only the plugin's way of running the model gives ReLU.
@@ -274,6 +280,7 @@ def test_kz_run_forward(plugins, relu, tmp_path):
     assert results[0].status is Status.CORRECT, results[0].message
 
 
+@pytest.mark.slow
 def test_kz_check_outputs(plugins, relu, tmp_path):
     pm = plugins("kz_triton", f"{FAKES}:REJECT_ALL_OUTPUTS")
     problems = [relu]
@@ -285,6 +292,7 @@ def test_kz_check_outputs(plugins, relu, tmp_path):
     assert (results[0].max_abs_err, results[0].max_rel_err) == (0.25, 0.5)
 
 
+@pytest.mark.slow
 def test_kz_time_candidate(plugins, relu, tmp_path):
     # The CPU default measures nothing, so any figures in the result come from the fake.
     default = default_timing.kz_time_candidate(device="cpu", reference=None, candidate=None, config=CFG)
@@ -296,6 +304,7 @@ def test_kz_time_candidate(plugins, relu, tmp_path):
     assert (r.ref_spread, r.cand_spread, r.timing_note) == (0.01, 0.02, "fixed timer on cpu")
 
 
+@pytest.mark.slow
 def test_kz_result_filed(plugins, relu, tmp_path):
     recorder = fakes_hooks.RESULT_RECORDER
     recorder.results.clear()
@@ -369,6 +378,7 @@ def test_kz_phase_end(plugins, tmp_path):
     assert metrics["reward_mean"] == 0.5 and metrics["seconds"] >= 0
 
 
+@pytest.mark.slow
 def test_kz_worker_started(tmp_path, monkeypatch):
     monkeypatch.setenv(fakes_hooks.MARKER_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("KZ_SANDBOX_WRITABLE", str(tmp_path))  # workers may write only where they are told

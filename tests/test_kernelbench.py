@@ -230,6 +230,7 @@ DEGENERATE = {  # problem -> (output shape kind, the constant fills tried beside
 }
 
 
+@pytest.mark.slow
 def test_zeros_and_constant_kernels_never_count_on_degenerate_kernelbench_problems(plugins, tmp_path, monkeypatch):
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
     pm = plugins("kz_triton")
@@ -270,6 +271,7 @@ def test_zeros_and_constant_kernels_never_count_on_degenerate_kernelbench_proble
     assert again.problem_degenerate.startswith("cached: ")
 
 
+@pytest.mark.slow
 def test_a_kernel_with_the_tested_shape_hard_coded_fails_on_an_unmodified_kernelbench_file(
     plugins, tmp_path, monkeypatch
 ):

@@ -57,6 +57,7 @@ def reports():
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_problem_verdicts(reports, name):
     report = reports[name]
     expected = CASES[name][1]
@@ -68,6 +69,7 @@ def test_problem_verdicts(reports, name):
         assert expected in report.reason, report.reason
 
 
+@pytest.mark.slow
 def test_runs_deterministic_finite_flags_are_staged(reports):
     assert not reports["crash"].ok_runs
     assert reports["dropout"].ok_runs and not reports["dropout"].deterministic
@@ -75,18 +77,21 @@ def test_runs_deterministic_finite_flags_are_staged(reports):
     assert reports["zeros"].finite and reports["zeros"].degenerate
 
 
+@pytest.mark.slow
 def test_a_hanging_problem_times_out_without_stopping_the_others(reports):
     assert not reports["hang"].ok
     assert "timeout" in reports["hang"].reason
     assert reports["good"].ok
 
 
+@pytest.mark.slow
 def test_builtin_suite_passes_every_check():
     reports = check_problems(load_problems("builtin:2"), EvalConfig(), workers=2)
     assert len(reports) >= 12
     assert all(r.ok for r in reports), [(r.key, r.reason) for r in reports if not r.ok]
 
 
+@pytest.mark.slow
 def test_kz_suite_check_reports_failures(tmp_path, capsys):
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "1_Good.py").write_text(CASES["good"][0])

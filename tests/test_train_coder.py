@@ -48,6 +48,7 @@ def test_reward_function_pays_per_group(pool, problems, tmp_path):
     assert sorted(row["group_correct_rates"]) == [0.0, 0.5] and row["reward_mean"] == 0.25
 
 
+@pytest.mark.slow
 def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     tiny = build_tiny_checkpoint(tmp_path / "tiny")
     settings = GRPOSettings(max_steps=2, num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
@@ -58,6 +59,7 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     assert (tmp_path / "out" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_reward_prepares_candidates_before_the_pool_evaluates_them(pool, problems, tmp_path, plugins):
     from tests.test_cuda_inline import PREPARE_RECORDER
 

@@ -13,6 +13,8 @@ from kzcore.types import EvalConfig
 from tests import fakes_policy
 from tests.tinymodel import build_tiny_checkpoint
 
+pytestmark = pytest.mark.slow  # every test here evaluates through a worker pool or trains
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

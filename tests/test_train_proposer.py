@@ -66,6 +66,7 @@ def make_reward(pool, tmp_path, passes: int) -> ProposerReward:
 
 
 @pytest.mark.parametrize("passes, expected", [(2, 1.0), (1, 0.5), (4, 0.0), (0, 0.0)])
+@pytest.mark.slow
 def test_known_pass_rates_give_known_frontier_rewards(pool, tmp_path, passes, expected):
     reward = make_reward(pool, tmp_path, passes)
     module = [{"role": "assistant", "content": f"```python\n{RELU_MODULE}```"}]

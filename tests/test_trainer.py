@@ -52,6 +52,7 @@ def config(tmp_path, tiny) -> TrainConfig:
     )
 
 
+@pytest.mark.slow
 def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pm = plugins("kz_triton", "kz_models")
@@ -94,6 +95,7 @@ def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
     assert trainer.latest_checkpoint("coder") == trainer.latest_checkpoint("proposer") == str(model)
 
 
+@pytest.mark.slow
 def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, monkeypatch):
     """Distillation, the held-out evaluations and the RL phases all go through one executor of kind
     ``[plugins] executor``, started once and closed when the run ends (before: distillation and held-out

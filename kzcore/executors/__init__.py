@@ -9,7 +9,7 @@ candidate) and ``ProblemCheckJob`` (a problem module alone) — without telling 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from kzcore.types import EvalConfig, EvalJob, EvalResult, ProblemCheckJob, ProblemReport
 
@@ -17,11 +17,12 @@ Job = EvalJob | ProblemCheckJob
 Answer = EvalResult | ProblemReport
 
 
-@runtime_checkable
 class Executor(Protocol):
     """``start()`` once (warm workers up; before a results file's run header is written), then any number
     of ``map(jobs)`` calls, each yielding one answer per job in any order, then ``close()``. Executors are
-    context managers: ``with open_executor(...) as ex:`` closes on the way out."""
+    context managers: ``with open_executor(...) as ex:`` closes on the way out. A structural type for type
+    checkers only (not runtime_checkable: an isinstance check would add ``__annotations__`` to this class,
+    which the workers' tamper watch reports as a change to kzcore)."""
 
     def start(self) -> None: ...
 
