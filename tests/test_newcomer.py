@@ -553,3 +553,16 @@ def test_report_to_reaches_the_sft_config(tmp_path, monkeypatch):
     config = tmp_path / "c.toml"
     config.write_text('[sft]\nreport_to = ["tensorboard"]\n')
     assert load_config(config).sft.report_to == ("tensorboard",)
+
+
+def test_setup_is_quiet():
+    """Item 7: the set-up's pip calls all go through one quiet PIP (-qq: no per-package index warnings;
+    errors still show), so `make demo`'s log starts with what the demo does."""
+    import re
+
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    pip = re.search(r"^PIP\s*:=\s*(.+)$", makefile, re.M)
+    assert pip and "-m pip install" in pip.group(1) and "-qq" in pip.group(1).split()
+    installs = [line for line in makefile.splitlines() if "pip install" in line and not line.startswith("PIP")]
+    assert installs == [], f"pip called without $(PIP): {installs}"
+    assert makefile.count("$(PIP)") >= 4  # pip itself, torch, the packages, the embedded model
