@@ -40,6 +40,12 @@ class Executors:
 EXECUTORS = Executors()
 
 
+@pytest.fixture(autouse=True)
+def own_problem_cache(monkeypatch, tmp_path):
+    """The fake executors answer problem checks with made-up reports: keep them out of the session's cache."""
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+
+
 @pytest.fixture
 def relu():
     return next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")

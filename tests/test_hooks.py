@@ -84,7 +84,8 @@ def test_kz_register_languages(plugins, relu, tmp_path):
     assert languages(pm).owners["fakelang"] == f"{FAKES}:FAKE_LANGUAGE"
 
 
-def test_kz_register_executors(plugins, relu, tmp_path):
+def test_kz_register_executors(plugins, relu, tmp_path, monkeypatch):
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))  # its problem check must run, not come from a cache
     pm = plugins("kz_pylang", f"{FAKES}:FAKE_EXECUTORS")
     fakes_hooks.InlineExecutor.instances.clear()
     cands = [py_candidate(0, PY_RELU), py_candidate(1, PY_WRONG)]

@@ -103,6 +103,7 @@ def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, 
     from tests import fakes_hooks
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))  # the fake executor's made-up problem checks stay here
     pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
     fakes_hooks.InlineExecutor.instances.clear()
     cfg = config(tmp_path, tiny)
