@@ -263,7 +263,7 @@ class Trainer:
         try:
             for language in languages:
                 where = f"held-out {phase_id(phase)} [{language}]"
-                with Progress(f"{where}: sampling {cfg.n} x problems", len(self.heldout), self.log) as bar:
+                with Progress(f"{where}: sampling {cfg.n} per problem", len(self.heldout), self.log) as bar:
                     candidates = sample_candidates(
                         policy, self.heldout, language, params, out / f"completions-{language}.jsonl",
                         template=self.config.prompts.coder_template, on_batch=bar.advance, pm=self.pm,
