@@ -103,7 +103,7 @@ def run_schedule(
         if pid in state["done"]:
             log(f"phase {i}/{len(phases)} {pid}: done in an earlier run, skipped")
             continue
-        steps = f", {phase.steps} steps" if phase.steps else ""
+        steps = f", {phase.steps} step{'s' if phase.steps != 1 else ''}" if phase.steps else ""
         log(f"phase {i}/{len(phases)} {pid}: starting ({phase.role}{steps}{', frozen' if phase.frozen else ''})")
         phase_dir = run_dir / "phases" / pid
         phase_dir.mkdir(parents=True, exist_ok=True)
