@@ -100,3 +100,21 @@ def implements_executor(obj) -> bool:
 def test_the_local_pool_is_an_executor():
     pool = LocalPool(workers=1, config=CFG, plugins=[])
     assert implements_executor(pool) and hasattr(pool, "__enter__") and hasattr(pool, "__exit__")
+
+
+def test_one_executors_cached_problem_checks_never_answer_anothers(relu):
+    """The problem-check cache is keyed by the executor kind too: a plugin executor's reports (here made up)
+    are reused by that executor only; another kind checks the problem itself."""
+    from kzcore.evaluate.problem_check import checked_problems
+
+    class Other(fakes_hooks.InlineExecutor):
+        pass
+
+    first = fakes_hooks.InlineExecutor()
+    assert checked_problems([relu], CFG, first, "cpu")[relu.key].ok and len(first.jobs) == 1
+    again = fakes_hooks.InlineExecutor()
+    checked_problems([relu], CFG, again, "cpu")
+    assert again.jobs == []  # the same kind: served from the cache
+    other = Other()
+    checked_problems([relu], CFG, other, "cpu")
+    assert [j.problem.key for j in other.jobs] == [relu.key]  # another kind: checked again

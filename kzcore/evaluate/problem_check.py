@@ -201,10 +201,12 @@ def check_problems(
 # ----------------------------------------------------------------------------------------------------
 
 
-def cache_key(problem: Problem, config: EvalConfig, device: str) -> str:
-    """What decides a problem's report: its source, the size it runs at, the device kind, tolerances, seed."""
+def cache_key(problem: Problem, config: EvalConfig, device: str, executor: str = "") -> str:
+    """What decides a problem's report: its source, the size it runs at, the device kind, tolerances, seed,
+    and the executor kind that produced it (one executor plugin's reports never answer another's checks)."""
     what = {
         "version": CHECK_VERSION,
+        "executor": executor,
         "source": problem.source,
         "size": config.size,
         "device": device,
@@ -222,9 +224,10 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
     from kzcore.cache import cache_dir
 
     folder = cache_dir("problem-checks")
+    executor = f"{type(pool).__module__}.{type(pool).__qualname__}"
     reports, todo = {}, []
     for p in problems:
-        path = folder / f"{cache_key(p, config, device)}.json"
+        path = folder / f"{cache_key(p, config, device, executor)}.json"
         try:
             reports[p.key] = from_json(ProblemReport, json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
@@ -236,7 +239,7 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
             report = fresh.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back")
             reports[p.key] = report
             if report.ok_runs:  # it ran to a verdict: worth keeping
-                path = folder / f"{cache_key(p, config, device)}.json"
+                path = folder / f"{cache_key(p, config, device, executor)}.json"
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(to_json(report)))
                 tmp.replace(path)
