@@ -219,8 +219,9 @@ def test_ctrl_c_while_propose_waits_for_the_policy(tmp_path):
     assert interrupted_line(proc) == f"kz: interrupted: modules so far are in {pool}"
     assert time.monotonic() - started < 60
     (record,) = read_jsonl(pool)  # the echo policy writes no module: it fails the first gate, and is kept
-    assert record["gates"]["ast"]["ok"] is False and f"{record['id']} " in proc.stdout
-    assert "modules accepted" not in proc.stdout
+    # (its progress line may or may not have reached stdout before the interrupt: the record is written first)
+    assert record["gates"]["ast"]["ok"] is False
+    assert "modules accepted" not in proc.stdout  # the summary of a finished run is not printed
 
 
 @pytest.mark.slow
