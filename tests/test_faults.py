@@ -442,7 +442,7 @@ def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu):
     assert result.status is Status.TIMEOUT, result.message
     assert "no result within 5 s" in result.message
     assert time.monotonic() - t0 < SHORT.timeout_s + 30
-    assert not alive(pid)
+    assert gone_within(pid, 10)  # SIGKILLed without waiting (the pool never stalls on a dying worker)
     assert pool.replaced == replaced + 1
     (after,) = evaluate(pool, relu, fault("probe_clean_worker"))
     assert_clean_and_correct(after)
