@@ -108,7 +108,7 @@ def test_one_executors_cached_problem_checks_never_answer_anothers(relu):
     from kzcore.evaluate.problem_check import checked_problems
 
     class Other(fakes_hooks.InlineExecutor):
-        pass
+        """Another executor kind, answering the same way."""
 
     first = fakes_hooks.InlineExecutor()
     assert checked_problems([relu], CFG, first, "cpu")[relu.key].ok and len(first.jobs) == 1

@@ -4,6 +4,7 @@ messages; `executors.local` and `executors.lifecycle` read them with `receive`."
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -46,10 +47,8 @@ def _bound_reads(conn) -> None:
     except OSError:  # not a socket (another platform): reads stay unbounded
         return
     try:
-        seconds = int(READ_TIMEOUT_S)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, 0))
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # best effort: without the option, reads stay unbounded as above
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(READ_TIMEOUT_S), 0))
     finally:
         sock.close()
 

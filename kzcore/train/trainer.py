@@ -77,9 +77,8 @@ class Trainer:
         ]
         self.tasks = [p for p in load_problems(config.problems.tasks, pm=self.pm) if (p.level, p.name) not in held]
         self.base = resolve_checkpoint(config.models.coder, self.pm)
-        self.proposer_base = (
-            self.base if config.models.proposer == "same" else resolve_checkpoint(config.models.proposer, self.pm)
-        )
+        same = config.models.proposer in ("same", config.models.coder)  # one spec: resolve (load) it once
+        self.proposer_base = self.base if same else resolve_checkpoint(config.models.proposer, self.pm)
 
     # -- plumbing ---------------------------------------------------------------------------------
     @property
