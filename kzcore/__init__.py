@@ -26,6 +26,7 @@ _PUBLIC = {
             "EvalJob",
             "EvalResult",
             "Language",
+            "LaunchCounter",
             "OutputCheck",
             "Phase",
             "Problem",

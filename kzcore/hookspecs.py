@@ -16,7 +16,18 @@ from typing import Any
 import pluggy
 
 from kzcore import PROJECT
-from kzcore.types import Command, EvalConfig, EvalResult, Language, OutputCheck, Phase, Problem, PromptSection, Timing
+from kzcore.types import (
+    Command,
+    EvalConfig,
+    EvalResult,
+    Language,
+    LaunchCounter,
+    OutputCheck,
+    Phase,
+    Problem,
+    PromptSection,
+    Timing,
+)
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -162,13 +173,15 @@ def kz_load_candidate(language: str, path: Path, device: str) -> ModuleType | No
 
 
 @hookspec(firstresult=True)
-def kz_instrument_candidate(language: str, module: ModuleType) -> Callable[[], int] | None:
+def kz_instrument_candidate(language: str, module: ModuleType) -> LaunchCounter | Callable[[], int] | None:
     """Make the candidate's own kernel launches countable.
 
     :param language: the candidate's kernel language.
     :param module: the loaded candidate module.
-    :return: a zero-argument callable returning how many of the module's kernels have launched so far,
-        or None when ``language`` is not this plugin's. A forward that launches none is ``hack_suspected``.
+    :return: a `LaunchCounter` (or a plain zero-argument callable) giving how many of the module's kernels
+        have launched so far, or None when ``language`` is not this plugin's. A forward that launches none is
+        ``hack_suspected``. A LaunchCounter's ``bare()`` takes the instrumentation off the launch path while
+        the candidate is timed (give one when the instrumentation wraps the launch itself).
 
     Stops at first non-None result.
     """

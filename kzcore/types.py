@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,30 @@ class Language:
     fence_tags: tuple[str, ...] = ("python",)
     needs_gpu: bool = False
     guard_torch_ops: bool = True
+
+
+class LaunchCounter:
+    """What ``kz_instrument_candidate`` returns: calling it gives how many of the candidate's own kernels have
+    launched so far. ``bare()`` is a context manager during which the plugin takes its instrumentation off the
+    launch path (the timed loop runs in it, so a candidate is timed as it runs outside the evaluator); without
+    a ``bare`` callable it changes nothing. A plain zero-argument callable from a plugin is wrapped by
+    `as_launch_counter`."""
+
+    def __init__(self, count: Callable[[], int], bare: Callable[[], Any] | None = None):
+        self._count, self._bare = count, bare
+
+    def __call__(self) -> int:
+        return self._count()
+
+    def bare(self):
+        return self._bare() if self._bare is not None else contextlib.nullcontext()
+
+
+def as_launch_counter(value) -> LaunchCounter | None:
+    """``kz_instrument_candidate``'s result as a LaunchCounter (None stays None: no count to give)."""
+    if value is None or isinstance(value, LaunchCounter):
+        return value
+    return LaunchCounter(value)
 
 
 @attrs.frozen

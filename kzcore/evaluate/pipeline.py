@@ -25,7 +25,7 @@ from kzcore.evaluate.tensors import as_list, changed_inputs, clone_inputs, refil
 from kzcore.evaluate.timing import REVERIFY_TRIALS, TIMING_FIELDS, Timing  # noqa: F401 (re-exported)
 from kzcore.evaluate.trials import Trials
 from kzcore.evaluate.workcheck import GpuWorkCheck
-from kzcore.types import EvalJob, EvalResult, Status
+from kzcore.types import EvalJob, EvalResult, Status, as_launch_counter
 
 
 class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
@@ -47,7 +47,9 @@ class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
             self.static_check(source)
             candidate_mod = self.load_candidate(source)
             self.tampering(watch, "its import")
-            launches = self.pm.hook.kz_instrument_candidate(language=self.language, module=candidate_mod)
+            launches = as_launch_counter(
+                self.pm.hook.kz_instrument_candidate(language=self.language, module=candidate_mod)
+            )
             with self.clock("load_problem"):
                 problem_mod = self.load_problem()
             with self.shared_gpu():
@@ -63,7 +65,7 @@ class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
                 inputs = self.timing_inputs(problem_mod)
                 self.gpu_work(candidate_mod, candidate, inputs[1])
             with self.exclusive_gpu():
-                self.timing(reference, candidate, inputs)
+                self.timing(reference, candidate, inputs, launches)
             self.reverify(problem_mod, candidate_mod, reference, candidate, launches, inputs)
             self.tampering(watch, "timing")
         except Verdict as verdict:

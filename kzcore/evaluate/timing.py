@@ -3,6 +3,8 @@ second timing pass). Neighbours: ``kz_time_candidate`` (the timer), `trials` and
 
 from __future__ import annotations
 
+import contextlib
+
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import clone_inputs, refill
 from kzcore.types import Status
@@ -20,14 +22,20 @@ class Timing(EvaluationState):
             inputs = list(problem_mod.get_inputs())
         return clone_inputs(inputs), clone_inputs(inputs)
 
-    def timing(self, reference, candidate, inputs) -> None:
+    def timing(self, reference, candidate, inputs, launches) -> None:
+        """Time reference against candidate, both called directly (the forward hooks resolved once) and the
+        candidate's launch instrumentation off its path (``launches.bare()``): timed as it runs outside."""
         ref_inputs, cand_inputs = inputs
-        with self.clock("timing"):
+        run_reference, run_candidate = (
+            self.direct_forward("reference", reference),
+            self.direct_forward(self.language, candidate),
+        )
+        with self.clock("timing"), launches.bare() if launches is not None else contextlib.nullcontext():
             try:
                 timing = self.pm.hook.kz_time_candidate(
                     device=self.device,
-                    reference=lambda: self.forward("reference", reference, ref_inputs),
-                    candidate=lambda: self.forward(self.language, candidate, cand_inputs),
+                    reference=lambda: run_reference(*ref_inputs),
+                    candidate=lambda: run_candidate(*cand_inputs),
                     config=self.config,
                 )
             except Exception as exc:
@@ -75,7 +83,7 @@ class Timing(EvaluationState):
                 ) from None
             before = {name: self.fields.get(name) for name in TIMING_FIELDS}
             with self.exclusive_gpu():
-                self.timing(reference, candidate, inputs)
+                self.timing(reference, candidate, inputs, launches)
         again = self.fields.get("speedup")
         if again is None or speedup < again:
             self.fields.update(before)
