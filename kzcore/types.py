@@ -177,6 +177,11 @@ class EvalConfig:
     )
     max_timing_s: float = _setting(10.0, "seconds the timed pairs of one candidate may take: fewer reps beyond it")
     flush_l2: bool = _setting(True, "flushing L2 (a 256 MB write) before each timed call")
+    # Queued after the flush, before the start event: the host's launch of the timed call hides behind it
+    launch_cover_us: float = _setting(
+        100.0, "GPU-side wait (us) before each timed call, so its launch latency is not timed (GPU)",
+        attrs.validators.ge(0),
+    )  # fmt: skip
     tf32: bool = _setting(False, "allow TF32 in the reference")
     workers_per_gpu: int = _setting(
         1, "overlap compile/correctness of N workers per GPU; timing stays exclusive", attrs.validators.ge(1)

@@ -40,3 +40,46 @@ def test_no_names_means_everything_non_housekeeping_is_foreign():
     work = classify([("relu_kernel", 100.0)], [])
     assert work.foreign == {"relu_kernel": 100.0}
     assert classify([("relu_kernel", 100.0)], [""]).foreign == {"relu_kernel": 100.0}
+
+
+# -- work left running on a stream nobody waits for (the timer's end event is on the calling stream) -----------
+MARK = "void at::cuda::(anonymous namespace)::spin_kernel(long)"
+
+
+def _events(*spans):
+    from kzcore.evaluate.gpuwork import GpuEvent
+
+    return [GpuEvent(name, end - start, stream, start, end) for name, stream, start, end in spans]
+
+
+def test_work_on_the_calling_stream_or_a_joined_side_stream_is_not_flagged():
+    from kzcore.evaluate.gpuwork import side_stream_verdict, split_marker
+
+    # relu on stream 7; a side-stream kernel (stream 13) that ended before the marker: it was waited for
+    events, marker = split_marker(
+        _events(("relu_kernel", 7, 0.0, 50.0), ("side_kernel", 13, 10.0, 400.0), (MARK, 7, 401.0, 402.0))
+    )
+    assert marker is not None and marker.start_us == 401.0 and len(events) == 2
+    assert side_stream_verdict(events, marker) is None
+
+
+def test_work_still_running_on_a_side_stream_when_the_marker_starts_is_flagged():
+    from kzcore.evaluate.gpuwork import side_stream_verdict, split_marker
+
+    events, marker = split_marker(
+        _events(("fill", 7, 0.0, 2.0), ("relu_kernel", 13, 5.0, 900.0), (MARK, 7, 20.0, 21.0))
+    )
+    message = side_stream_verdict(events, marker)
+    assert message is not None and "relu_kernel" in message and "stream 13" in message
+    assert "wait_stream" in message
+
+
+def test_the_last_spin_kernel_is_the_marker_and_none_means_the_check_cannot_run():
+    from kzcore.evaluate.gpuwork import side_stream_verdict, split_marker
+
+    # the candidate's own _sleep on a side stream started first; the marker is the later one
+    events, marker = split_marker(_events((MARK, 13, 0.0, 1000.0), (MARK, 7, 30.0, 31.0)))
+    assert marker.start_us == 30.0
+    assert side_stream_verdict(events, marker) is not None  # its own spin ran past the marker
+    events, marker = split_marker(_events(("relu_kernel", 7, 0.0, 50.0)))
+    assert marker is None and side_stream_verdict(events, marker) is None

@@ -49,20 +49,47 @@ def interleaved(timed, reference, candidate, reps: int, config) -> tuple[list[fl
     return ref_ms, cand_ms, ""
 
 
+_spin_cycles_per_us: list[float] = []  # measured once per process (the GPU's clock under torch.cuda._sleep)
+
+
+def spin_cycles_per_us() -> float:
+    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU, measured once with events."""
+    import torch
+
+    if not _spin_cycles_per_us:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 200_000
+        torch.cuda._sleep(cycles)  # first call: module load
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _spin_cycles_per_us.append(cycles / max(start.elapsed_time(end) * 1000.0, 1e-3))
+    return _spin_cycles_per_us[0]
+
+
 def time_cuda(reference, candidate, config) -> Timing:
+    """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait of
+    ``launch_cover_us``, then the start event, the call and the end event, queued back to back on the
+    current stream and only then waited for. The host's launch latency hides behind the flush and the wait,
+    as in triton's do_bench, so the events measure the kernels' GPU time and nothing of the host's round trip.
+    Work the call leaves running on another stream is outside the events: the GPU-work stage refuses it."""
     import torch
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if config.flush_l2 else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cover = int(config.launch_cover_us * spin_cycles_per_us()) if config.launch_cover_us > 0 else 0
 
     def timed(fn) -> float:
         if flush is not None:
             flush.zero_()
+        if cover:
+            torch.cuda._sleep(cover)
         start.record()
         fn()
-        torch.cuda.synchronize()  # every stream, so work on a side stream is inside the measurement
         end.record()
-        end.synchronize()
+        torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
         return start.elapsed_time(end)
 
     for _ in range(config.warmup):

@@ -61,8 +61,24 @@ def classify(kernels: list[tuple[str, float]], own_names: list[str]) -> GpuWork:
     return GpuWork(own, housekeeping, foreign)
 
 
-def profile_kernels(run) -> list[tuple[str, float]]:
-    """(name, device microseconds) of every GPU kernel and memory operation ``run()`` caused, on any stream."""
+MARKER = "spin_kernel"  # the kernel of torch.cuda._sleep: queued on the calling stream once the forward returns
+LEFT_RUNNING_SLACK_US = 2.0  # clock granularity between streams
+
+
+@attrs.frozen
+class GpuEvent:
+    """One kernel or memory operation a profiled forward caused: device time, stream, start and end (us)."""
+
+    name: str
+    us: float
+    stream: int | None = None
+    start_us: float | None = None
+    end_us: float | None = None
+
+
+def profile_forward(run) -> list[GpuEvent]:
+    """Every GPU kernel and memory operation ``run()`` caused, on any stream, followed by the marker: a
+    ``torch.cuda._sleep`` queued on the calling stream right after ``run()`` returned (see `left_running`)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -70,13 +86,55 @@ def profile_kernels(run) -> list[tuple[str, float]]:
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run()
+        torch.cuda._sleep(1)
         torch.cuda.synchronize()
-    kernels = []
+    events = []
     for event in prof.events():
         if getattr(event, "device_type", None) != DeviceType.CUDA:
             continue
         us = getattr(event, "device_time", None)
         if us is None:  # older torch
             us = getattr(event, "cuda_time", 0.0)
-        kernels.append((event.name, float(us)))
-    return kernels
+        span = getattr(event, "time_range", None)
+        events.append(
+            GpuEvent(
+                event.name,
+                float(us),
+                getattr(event, "device_resource_id", None),
+                getattr(span, "start", None),
+                getattr(span, "end", None),
+            )
+        )
+    return events
+
+
+def split_marker(events: list[GpuEvent]) -> tuple[list[GpuEvent], GpuEvent | None]:
+    """The forward's own events and the marker (the last-started spin kernel; None when the trace has none)."""
+    spins = [e for e in events if MARKER in e.name and e.start_us is not None]
+    if not spins:
+        return events, None
+    marker = max(spins, key=lambda e: e.start_us)
+    return [e for e in events if e is not marker], marker
+
+
+def left_running(events: list[GpuEvent], marker: GpuEvent) -> list[GpuEvent]:
+    """The forward's events still running when the marker started. The marker was queued on the calling stream
+    after the forward returned, so everything queued on that stream, or on a stream the calling stream waits
+    for (a joined side stream), ended before it: what is left is side-stream work nobody waits for, which the
+    timer's end event (recorded on the calling stream) cannot see."""
+    return [e for e in events if e.end_us is not None and e.end_us > marker.start_us + LEFT_RUNNING_SLACK_US]
+
+
+def side_stream_verdict(events: list[GpuEvent], marker: GpuEvent | None) -> str | None:
+    """A hack_suspected message when the forward left GPU work running on a stream it did not join."""
+    if marker is None:
+        return None
+    late = left_running(events, marker)
+    if not late:
+        return None
+    names = ", ".join(f"{_short(e.name)} ({e.us:.0f} us, stream {e.stream})" for e in late[:3])
+    return (
+        f"the forward returned with {len(late)} GPU operation(s) still running on a stream the calling stream "
+        f"does not wait for ({names}): work the timer cannot see; join side streams before returning "
+        "(torch.cuda.current_stream().wait_stream(s))"
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.builtins import timing as builtin_timing
 from kzcore.evaluate import gpuwork, guard, integrity, memory
 from kzcore.evaluate.loading import Loading
 from kzcore.evaluate.second_shape import SecondShape
@@ -103,7 +104,8 @@ def warm_up(device: str) -> None:
         torch.ones(2).add(1)
     if device != "cuda":
         return
-    gpuwork.profile_kernels(lambda: torch.ones(1024, device="cuda").add(1))
+    gpuwork.profile_forward(lambda: torch.ones(1024, device="cuda").add(1))
+    builtin_timing.spin_cycles_per_us()
     memory.poison_free_cache()
     from kzcore.builtins.outputs import compare
     from kzcore.types import EvalConfig

@@ -1,0 +1,268 @@
+"""Ground truth for the evaluator's speedups (``bench/timing.py --ground-truth``): for each kernel, the speedup
+``kz eval`` files (through a worker pool, with 1 and with 4 workers per GPU) next to the speedup measured in
+this process, with the same modules and inputs, by triton's ``do_bench`` (median; L2 flushed each call) and
+``do_bench_cudagraph`` (median of graph replays; no flush, so it reads L2-warm on inputs that fit in L2).
+
+Kernels: the built-in Triton solutions at full size (level 1 and the level-2 GEMM and conv fusions) and
+memory-bound ones at sizes chosen for 15-100 us (``MID``) and tiny ones (the ``small`` profile, a few us),
+which stay in the record but outside the targets (below ``MIN_US``).
+
+Targets (issue 17): |kz / do_bench - 1| <= 5 % for every kernel of >= 20 us (median over runs), speedup CV
+<= 2 % over 5 runs with 4 workers per GPU while the other workers compile (TRITON_ALWAYS_COMPILE=1), and the
+self-reference ratio (bench/timing.py's section) within 1.00 +- 0.02.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_REL = 0.05
+TARGET_CV = 0.02
+MIN_US = 20.0  # kernels faster than this are recorded, not held to the targets
+# memory-bound kernels at sizes between the `small` profile (a few us) and full size (0.2-1 ms)
+MID = {
+    "1_ReLU": {"batch_size": 2048, "dim": 8192},
+    "3_Sigmoid": {"batch_size": 1024, "dim": 8192},
+    "6_MulAdd": {"batch_size": 1024, "dim": 8192},
+    "11_Softmax": {"batch_size": 4096, "dim": 4096},
+    "13_LayerNorm": {"batch_size": 2048, "dim": 8192},
+    "8_MeanReduction": {"batch_size": 4096, "dim": 8192},
+    "14_RMSNorm": {"batch_size": 1024, "dim": 8192},
+}
+SMALL = ("1_ReLU", "11_Softmax")
+FULL = (
+    "1_ReLU,2_GELU,4_LeakyReLU,5_Softplus,6_MulAdd,8_MeanReduction,11_Softmax,12_LogSoftmax,13_LayerNorm,"
+    "14_RMSNorm,16_Cumsum,17_CrossEntropyLoss,18_L1NormRows,19_Matmul,20_MatmulTransposedB,21_BatchedMatmul,"
+    "22_MatVec,23_Linear,25_MaxPool2d,26_AvgPool2d,1_Gemm_BiasAdd_ReLU,7_Gemm_Softmax,8_Conv2d_ReLU_BiasAdd"
+)
+
+
+def cases(problems: dict, solutions: dict, full: str = FULL, device: str = "cuda") -> list[dict]:
+    """(label, Problem, size profile) for every kernel; a MID size is a KZ_SIZES profile added to the source.
+    On a CPU (the smoke run: the Triton interpreter) every named problem runs at its ``small`` size only."""
+    import attrs
+
+    out = []
+    if device != "cuda":
+        names = [n for n in full.split(",") if n in problems and n in solutions]
+        return [{"label": f"{n}@small", "problem": problems[n], "size": "small", "name": n} for n in names]
+    for name in full.split(","):
+        if name in problems and name in solutions:
+            out.append({"label": f"{name}@full", "problem": problems[name], "size": "full", "name": name})
+    for name, sizes in MID.items():
+        if name in problems and name in solutions:
+            source = problems[name].source + f"\nKZ_SIZES = {{**KZ_SIZES, 'gt_mid': {sizes!r}}}\n"
+            problem = attrs.evolve(problems[name], source=source, path=None)
+            out.append({"label": f"{name}@mid", "problem": problem, "size": "gt_mid", "name": name})
+    for name in SMALL:
+        if name in problems and name in solutions:
+            out.append({"label": f"{name}@small", "problem": problems[name], "size": "small", "name": name})
+    return out
+
+
+def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
+    """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
+    import torch
+
+    from kzcore.evaluate.sizes import apply_profile
+    from kzcore.problems import import_module_from_file
+
+    tag = case["label"].replace("@", "_").replace("-", "_")
+    problem_file = workdir / f"gt_problem_{tag}.py"
+    problem_file.write_text(case["problem"].source)
+    solution_file = workdir / f"gt_solution_{tag}.py"
+    solution_file.write_text(solution_source)
+    problem = import_module_from_file(problem_file, f"gt_problem_{tag}")
+    apply_profile(problem, case["size"])
+    solution = import_module_from_file(solution_file, f"gt_solution_{tag}")
+    with torch.device(device), torch.no_grad():
+        torch.manual_seed(0)
+        init = list(problem.get_init_inputs())
+        torch.manual_seed(0)
+        reference = problem.Model(*init)
+        torch.manual_seed(0)
+        candidate = solution.ModelNew(*init)
+        torch.manual_seed(1)
+        inputs = list(problem.get_inputs())
+
+        def ref():
+            return reference(*inputs)
+
+        def cand():
+            return candidate(*inputs)
+
+        out = {}
+        if device == "cuda":
+            from triton.testing import do_bench, do_bench_cudagraph
+
+            ref(), cand()
+            torch.cuda.synchronize()
+            for key, bench in (("do_bench", do_bench), ("cudagraph", do_bench_cudagraph)):
+                try:
+                    ref_ms = bench(ref, return_mode="median")
+                    cand_ms = bench(cand, return_mode="median")
+                    out[key] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms}
+                except Exception as exc:  # a candidate a CUDA graph cannot capture: recorded, not fatal
+                    out[key] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        else:
+            samples = {"ref": [], "cand": []}
+            for _ in range(5):
+                for key, fn in (("ref", ref), ("cand", cand)):
+                    t = time.perf_counter()
+                    fn()
+                    samples[key].append((time.perf_counter() - t) * 1000)
+            ref_ms, cand_ms = statistics.median(samples["ref"]), statistics.median(samples["cand"])
+            out["do_bench"] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms, "wall": True}
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, compile_always: bool) -> dict:
+    """Every case evaluated ``runs`` times through one pool of ``workers_per_gpu`` workers; label -> results."""
+    import attrs
+
+    from kzcore.executors.local import LocalPool
+    from kzcore.types import Candidate, EvalJob
+
+    saved = {k: os.environ.get(k) for k in ("TRITON_ALWAYS_COMPILE",)}
+    if compile_always:
+        os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # every job compiles its kernels while others time theirs
+    config = attrs.evolve(bench.config, workers_per_gpu=workers_per_gpu)
+    t0 = time.perf_counter()
+    pool = LocalPool(config=config, plugins=["kz_triton", *bench.timer_specs]).start()
+    start_s = time.perf_counter() - t0
+    try:
+        jobs = []
+        for run in range(runs):
+            for case in case_list:
+                name = case["name"]
+                cand = Candidate(problem=name, language="triton", level=case["problem"].level, sample=run,
+                                 source=bench.solutions[name].source, origin=case["label"])  # fmt: skip
+                jobs.append(EvalJob(case["problem"], cand, attrs.evolve(config, size=case["size"])))
+        t1 = time.perf_counter()
+        results = list(pool.map(jobs))
+        wall = time.perf_counter() - t1
+    finally:
+        pool.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    by_label: dict[str, list] = {}
+    for job, result in zip(jobs, results, strict=True):
+        by_label.setdefault(job.candidate.origin, []).append(result)
+    return {"pool_start_s": round(start_s, 2), "wall_s": round(wall, 2), "by_label": by_label}
+
+
+def _cv(values):
+    values = [v for v in values if v is not None]
+    return statistics.stdev(values) / statistics.mean(values) if len(values) >= 2 else None
+
+
+def ground_truth(bench, args) -> dict:
+    """The whole ground-truth section: direct measurements, then the pools; per-kernel rows and targets."""
+    t0 = time.perf_counter()
+    case_list = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
+    workdir = Path(tempfile.mkdtemp(prefix="kz-ground-truth-"))
+    sys.path.insert(0, str(workdir))
+    truth = {}
+    for case in case_list:
+        try:
+            truth[case["label"]] = direct(case, bench.solutions[case["name"]].source, args.device, workdir)
+        except Exception as exc:
+            truth[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        d = truth[case["label"]].get("do_bench", {})
+        print(f"truth {case['label']:28s} do_bench ref {d.get('ref_ms')} cand {d.get('cand_ms')}", file=sys.stderr)
+    pools = {}
+    for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
+        if runs:
+            pools[per_gpu] = through_pool(bench, case_list, per_gpu, runs, compile_always=per_gpu > 1)
+            print(f"pool {per_gpu} worker(s)/GPU: {runs} runs in {pools[per_gpu]['wall_s']} s", file=sys.stderr)
+    rows = []
+    for case in case_list:
+        label = case["label"]
+        t = truth[label]
+        db, cg = t.get("do_bench", {}), t.get("cudagraph", {})
+        row = {"kernel": label, "size": case["size"], "do_bench": db, "cudagraph": cg, "error": t.get("error")}
+        us = 1000 * min(db["ref_ms"], db["cand_ms"]) if "ref_ms" in db else None
+        row["min_us"] = us
+        row["held_to_targets"] = us is not None and us >= MIN_US
+        for per_gpu, pool in pools.items():
+            results = pool["by_label"].get(label, [])
+            speedups = [r.speedup for r in results]
+            ok_speedups = [s for s in speedups if s is not None]
+            med = statistics.median(ok_speedups) if ok_speedups else None
+            entry = {
+                "statuses": sorted({r.status.value for r in results}),
+                "speedups": speedups,
+                "speedup_median": med,
+                "speedup_cv": _cv(speedups) if None not in speedups else None,
+                "ref_ms": [r.ref_ms for r in results],
+                "cand_ms": [r.cand_ms for r in results],
+                "messages": sorted({r.message[:160] for r in results if r.message}),
+            }
+            if med is not None and db.get("speedup"):
+                entry["vs_do_bench"] = med / db["speedup"]
+            if med is not None and cg.get("speedup"):
+                entry["vs_cudagraph"] = med / cg["speedup"]
+            row[f"kz_{per_gpu}w"] = entry
+        rows.append(row)
+        print(_line(row), file=sys.stderr)
+    held = [r for r in rows if r["held_to_targets"]]
+    worst = {}
+    for per_gpu in pools:
+        devs = [abs(r[f"kz_{per_gpu}w"].get("vs_do_bench", float("inf")) - 1.0) for r in held]
+        cvs = [r[f"kz_{per_gpu}w"]["speedup_cv"] for r in held]
+        worst[f"{per_gpu}w"] = {
+            "max_dev_vs_do_bench": max(devs) if devs else None,
+            "max_speedup_cv": max((c for c in cvs if c is not None), default=None),
+            "cv_missing": sum(c is None for c in cvs),
+            "within_5pct": sum(d <= TARGET_REL for d in devs),
+        }
+    ok = bool(held) and all(
+        worst[k]["max_dev_vs_do_bench"] is not None and worst[k]["max_dev_vs_do_bench"] <= TARGET_REL for k in worst
+    )
+    four = worst.get("4w")
+    ok_cv = (
+        four is not None
+        and four["max_speedup_cv"] is not None
+        and four["max_speedup_cv"] <= TARGET_CV
+        and not four["cv_missing"]
+    )
+    return {
+        "kernels": len(rows),
+        "held_to_targets": len(held),
+        "min_us": MIN_US,
+        "targets": {"rel": TARGET_REL, "cv_4_workers": TARGET_CV},
+        "worst": worst,
+        "ok_vs_do_bench": ok,
+        "ok_cv": ok_cv,
+        "pools": {f"{k}w": {"pool_start_s": v["pool_start_s"], "wall_s": v["wall_s"]} for k, v in pools.items()},
+        "rows": rows,
+        "wall_s": round(time.perf_counter() - t0, 2),
+    }  # fmt: skip
+
+
+def _line(row: dict) -> str:
+    db = row["do_bench"].get("speedup")
+    cg = row["cudagraph"].get("speedup")
+    parts = [
+        f"{row['kernel']:28s}",
+        f"min {row['min_us'] or 0:8.1f} us",
+        f"do_bench {db or 0:6.3f}x",
+        f"graph {cg or 0:6.3f}x",
+    ]
+    for key in ("kz_1w", "kz_4w"):
+        if key in row:
+            e = row[key]
+            parts.append(
+                f"{key} {e['speedup_median'] or 0:6.3f}x ({(e.get('vs_do_bench') or 0):.3f}, cv {100 * (e['speedup_cv'] or 0):.2f}%)"
+            )
+    return "  ".join(parts)  # fmt: skip
