@@ -132,6 +132,14 @@ def _suite_check(problems, args, console) -> int:
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
     args.saved = "nothing was saved (kz suite check prints its table once every problem is checked)"
     reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
+    if args.out:
+        import json
+
+        from kzcore.types import to_json
+
+        rows = [json.dumps({**to_json(r), "key": r.key, "ok": r.ok}) + "\n" for r in reports]
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("".join(rows))
     table = Table(title=f"problem checks: {args.spec}")
     for col in ("problem", "runs", "deterministic", "finite", "non-degenerate", "reason"):
         table.add_column(col)
@@ -620,9 +628,11 @@ def _builtin_commands(sub) -> None:
         "check", help="run each problem in a worker: runs, deterministic, finite, not degenerate",
         description="Run each problem's reference in a sandboxed evaluator worker and report whether it runs, "
         "gives the same output twice, gives finite outputs, and is not degenerate (outputs a constant "
-        "kernel would match). Nothing is written; a problem failing a check is not an error.",
+        "kernel would match). Nothing is written unless --out names a file; a problem failing a check is not "
+        "an error.",
     )  # fmt: skip
     check.add_argument("spec", help="suite name (builtin[:level]) or path")
+    check.add_argument("--out", default=None, metavar="FILE", help="also write one JSON line per problem's report")
     # a problem check is its own kind of job (the reference alone, run three times): its own timeout
     _add_eval_args(
         check, ("device", "size", "timeout_s"),

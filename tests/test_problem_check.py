@@ -3,6 +3,7 @@ verdict and reason, good ones pass, and `kz suite check` reports them."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -96,10 +97,14 @@ def test_kz_suite_check_reports_failures(tmp_path, capsys):
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "1_Good.py").write_text(CASES["good"][0])
     (tmp_path / "level1" / "2_Zero.py").write_text(CASES["zeros"][0])
-    assert main(["suite", "check", str(tmp_path), "--workers", "1"]) == 0
+    report = tmp_path / "out" / "check.jsonl"
+    assert main(["suite", "check", str(tmp_path), "--workers", "1", "--out", str(report)]) == 0
     out = capsys.readouterr().out
     assert "1 of 2 problems pass every check" in out
     assert "level1/2_Zero" in out and "~0" in out
+    rows = {row["key"]: row for row in map(json.loads, report.read_text().splitlines())}
+    assert rows["level1/1_Good"]["ok"] is True
+    assert rows["level1/2_Zero"]["ok"] is False and rows["level1/2_Zero"]["degenerate"] is True
 
 
 def test_memory_budget(tmp_path):
