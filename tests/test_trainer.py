@@ -119,3 +119,28 @@ def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, 
     heldout = [j for j in candidates if j.candidate.completion is not None]  # sampled from the model
     assert len(distilled) == state["metrics"]["00-distill"]["candidates"] == 26
     assert {j.problem.name for j in heldout} == {"1_ReLU"} and len(heldout) == 2 * 2  # base and SFT, n = 2
+
+
+@pytest.mark.slow
+def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, tiny, monkeypatch):
+    """``[heldout] base = false``: a run that repeats a measured base model samples and scores only the SFT
+    model (n samples of each held-out problem instead of 2n), and its metrics carry no ``base_`` keys."""
+    from tests import fakes_hooks
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    cfg = config(tmp_path, tiny)
+    cfg = attrs.evolve(
+        cfg,
+        plugins=attrs.evolve(cfg.plugins, executor="inline"),
+        schedule=Schedule(rounds=0, cold_start=True),
+        heldout=attrs.evolve(cfg.heldout, base=False),
+    )
+    state = Trainer(cfg, pm=pm, log=lambda s: None).run()
+    (executor,) = fakes_hooks.InlineExecutor.instances
+    heldout = [j for j in executor.jobs if hasattr(j, "candidate") and j.candidate.completion is not None]
+    assert len(heldout) == 2  # the SFT model's n = 2 samples of 1_ReLU; none from the base model
+    assert not [k for k in state["metrics"]["00-sft"] if k.startswith("base_")]
+    assert "heldout_pass@1" in state["metrics"]["00-sft"]

@@ -125,6 +125,7 @@ class HeldoutSection:
     k: tuple[int, ...] = attrs.field(default=(1, 10), converter=tuple)  # pass@k for each k <= n
     max_new_tokens: int = 1024
     temperature: float = 0.7
+    base: bool = True  # score the base model too, before SFT (false: a run that repeats a measured base skips it)
 
 
 @attrs.frozen

@@ -141,7 +141,9 @@ class Trainer:
     def sft(self, phase: Phase, phase_dir: Path) -> dict:
         """SFT on the distilled set; the held-out score of the base model (before) and of the result."""
         data = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / "sft.jsonl"
-        base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
+        base = {}
+        if self.config.heldout.base:
+            base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
         metrics = run_sft(self.base, data, phase_dir / "model", self.config.sft)
         return {**base, **metrics, **self.evaluate_heldout(phase, phase_dir / "model")}
 
