@@ -156,8 +156,8 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
             else:
                 os.environ[key] = value
     by_label: dict[str, list] = {}
-    for job, result in zip(jobs, results, strict=True):
-        by_label.setdefault(job.candidate.origin, []).append(result)
+    for result in sorted(results, key=lambda r: r.sample):  # results come as they finish, not in job order
+        by_label.setdefault(result.origin, []).append(result)
     return {"pool_start_s": round(start_s, 2), "wall_s": round(wall, 2), "by_label": by_label}
 
 
@@ -169,6 +169,11 @@ def _cv(values):
 def ground_truth(bench, args) -> dict:
     """The whole ground-truth section: direct measurements, then the pools; per-kernel rows and targets."""
     t0 = time.perf_counter()
+    if args.device == "cuda":  # as the evaluator's workers run the reference (EvalConfig.tf32 = False)
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     case_list = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
     workdir = Path(tempfile.mkdtemp(prefix="kz-ground-truth-"))
     sys.path.insert(0, str(workdir))

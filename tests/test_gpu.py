@@ -178,15 +178,20 @@ def test_the_profile_marks_the_calling_stream_and_catches_unjoined_side_stream_w
     a = torch.randn(4096, 4096, device="cuda")
     side = torch.cuda.Stream()
 
-    def unjoined():
+    def unjoined():  # ~10 ms of GPU work on the side stream; the host returns long before it ends
         with torch.cuda.stream(side):
-            return a @ a
+            out = a
+            for _ in range(4):
+                out = out @ a
+            return out
 
     def joined():
-        with torch.cuda.stream(side):
-            out = a @ a
+        out = unjoined()
         torch.cuda.current_stream().wait_stream(side)
         return out
+
+    joined()  # first use of the side stream (cuBLAS handle, allocator blocks) outside the profile
+    torch.cuda.synchronize()
 
     events, marker = split_marker(profile_forward(unjoined))
     assert marker is not None, "the marker kernel (torch.cuda._sleep) must be in the trace"
@@ -205,7 +210,7 @@ def test_time_cuda_agrees_with_triton_do_bench_and_with_itself():
     from kzcore.builtins.timing import time_cuda
 
     x = torch.randn(1 << 26, device="cuda")  # 256 MiB: ~0.2 ms to read and write on an H200
-    small = torch.randn(1 << 20, device="cuda")  # ~10 us: launch latency would show if it were timed
+    small = torch.randn(1 << 23, device="cuda")  # 32 MiB, ~20 us: launch latency would show if it were timed
 
     def big():
         return x * 2.0
@@ -223,4 +228,4 @@ def test_time_cuda_agrees_with_triton_do_bench_and_with_itself():
         replayed = do_bench_cudagraph(tiny, return_mode="median")
     warm = attrs.evolve(config, flush_l2=False)  # graph replay does not flush L2 either
     ours = time_cuda(tiny, tiny, warm).ref_ms
-    assert abs(ours / replayed - 1.0) <= 0.15, (ours, replayed)
+    assert abs(ours / replayed - 1.0) <= 0.10, (ours, replayed)
