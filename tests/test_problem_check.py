@@ -116,3 +116,32 @@ def test_memory_budget(tmp_path):
     assert ok.ok
     tight, _ = check_problem_job(ProblemCheckJob(problem, EvalConfig(device="cpu"), max_bytes=512), tmp_path, "cpu")
     assert not tight.ok and "memory budget" in tight.reason  # 8x16 fp32 input + output = 1024 bytes
+
+
+def test_a_check_that_ran_out_of_memory_beside_others_is_checked_again_alone():
+    """Checks share the device; one that ran out of memory while others ran is checked again on its own (a
+    map of one job), and the report kept is the lone run's."""
+    from kzcore.evaluate.problem_check import failed_report
+    from kzcore.types import ProblemReport
+
+    class SharedDevice:
+        def __init__(self):
+            self.batches = []
+
+        def map(self, jobs):
+            self.batches.append([j.problem.name for j in jobs])
+            for job in jobs:
+                if job.problem.name == "big" and len(jobs) > 1:
+                    yield failed_report(
+                        job, "check failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB"
+                    )
+                else:
+                    yield ProblemReport(problem=job.problem.name, level=1, ok_runs=True, deterministic=True,
+                                        finite=True, degenerate=False)  # fmt: skip
+
+    problems = [Problem(name=n, source=CASES["good"][0], level=1) for n in ("small", "big", "other")]
+    pool = SharedDevice()
+    reports = check_problems(problems, EvalConfig(device="cpu"), pool=pool)
+    assert [r.problem for r in reports] == ["small", "big", "other"]
+    assert all(r.ok for r in reports), [r.reason for r in reports]
+    assert pool.batches == [["small", "big", "other"], ["big"]]

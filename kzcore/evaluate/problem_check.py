@@ -189,11 +189,28 @@ def check_problems(
     config = config or EvalConfig(trials=1)
     jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=max_bytes) for p in problems]
     if pool is not None:
-        by_key = {r.key: r for r in pool.map(jobs)}
+        by_key = _check_all(pool, jobs)
     else:
         with contextlib.closing(open_executor(executor, workers=workers, config=config, pm=pm)) as own:
-            by_key = {r.key: r for r in own.map(jobs)}
+            by_key = _check_all(own, jobs)
     return [by_key.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back") for p in problems]
+
+
+def ran_out_of_memory(report: ProblemReport) -> bool:
+    return "outofmemoryerror" in report.reason.lower() or "out of memory" in report.reason.lower()
+
+
+def _check_all(pool, jobs: list[ProblemCheckJob]) -> dict[str, ProblemReport]:
+    """Every job through ``pool``; a problem whose check ran out of device memory while other checks shared the
+    device (each within its own budget, together over the card) is checked again alone, one at a time, so the
+    report says what the problem needs, not what its neighbours took."""
+    by_key = {r.key: r for r in pool.map(jobs)}
+    again = [j for j in jobs if j.problem.key in by_key and ran_out_of_memory(by_key[j.problem.key])]
+    if len(jobs) > 1:
+        for job in again:
+            for report in pool.map([job]):
+                by_key[report.key] = report
+    return by_key
 
 
 # ----------------------------------------------------------------------------------------------------
