@@ -276,6 +276,23 @@ def test_watch_reports_replacement_but_accepts_torchs_own_wrapper(monkeypatch):
     assert watch.findings() == []
 
 
+def test_watch_judges_names_added_during_its_own_evaluation_not_before(monkeypatch):
+    """A name a library bound on a watched class between two jobs (transformers puts ``smart_apply`` on
+    ``nn.Module`` when it builds a model) is not the next candidate's doing; one bound after the Watch began
+    is still reported. (Before, the names were recorded once per process, and every evaluation after a
+    transformers model was built in that process was filed hack_suspected.)"""
+    from torch import nn
+
+    integrity.Watch()  # the baseline exists
+    monkeypatch.setattr(nn.Module, "kz_test_lazily_added", lambda self: None, raising=False)
+    watch = integrity.Watch()
+    assert watch.findings() == []
+    monkeypatch.setattr(nn.Module, "kz_test_added_by_candidate", lambda self: None, raising=False)
+    assert watch.findings() == [
+        "added `torch.nn.Module.kz_test_added_by_candidate` (monkey-patching the evaluator, timers or torch)"
+    ]
+
+
 # ------------------------------------------------------------------------------------------------------
 # CUDA on CPU: static verdicts and what is decided before the first launch (NVRTC compiles without a GPU)
 # ------------------------------------------------------------------------------------------------------

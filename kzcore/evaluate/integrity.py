@@ -199,6 +199,14 @@ def added() -> list[str]:
     return out
 
 
+def _renew_names() -> None:
+    """Take each watched namespace's names afresh as one evaluation begins: a name a library added between
+    jobs (transformers puts ``smart_apply`` on ``nn.Module`` when a model is built) is not this candidate's;
+    one a candidate adds is caught during its own job, and a tampered worker evaluates nothing more."""
+    for key, (label, owner, _names) in list(_namespaces.items()):
+        _namespaces[key] = (label, owner, frozenset(vars(owner)))
+
+
 def _listing(names: list[str], most: int = 6) -> str:
     shown = ", ".join(f"`{n}`" for n in names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
@@ -210,6 +218,7 @@ class Watch:
 
     def __init__(self):
         _extend_baseline()
+        _renew_names()
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()
 
