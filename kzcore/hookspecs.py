@@ -256,11 +256,14 @@ def kz_time_candidate(
 
     :param device: ``"cuda"`` or ``"cpu"``.
     :param reference: runs one reference forward on prepared inputs.
-    :param candidate: runs one candidate forward on prepared inputs.
-    :param config: warm-up, repetitions, L2 flush, time budget.
-    :return: a ``Timing``. The core's default on CUDA interleaves the two with events, synchronizes the
-        whole device before each end event and flushes L2 before each call; on CPU it returns a Timing
-        with no figures and a note saying why.
+    :param candidate: runs one candidate forward on prepared inputs (its launch instrumentation is off the
+        path while this hook runs: ``LaunchCounter.bare``).
+    :param config: warm-up, repetitions, L2 flush, launch cover, time budget.
+    :return: a ``Timing``. The core's default on CUDA interleaves the two; before each call it flushes L2
+        and queues a GPU-side wait (``launch_cover_us``), then records the start event, makes the call and
+        records the end event on the calling stream at once, and only then synchronizes, so the events hold
+        the kernels' GPU time and none of the host's round trip; on CPU it returns a Timing with no figures
+        and a note saying why.
 
     Stops at first non-None result.
     """
