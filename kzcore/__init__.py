@@ -25,7 +25,6 @@ _PUBLIC = {
             "EvalConfig",
             "EvalJob",
             "EvalResult",
-            "Language",
             "LaunchCounter",
             "OutputCheck",
             "Phase",
@@ -38,6 +37,7 @@ _PUBLIC = {
         ),
         "kzcore.types",
     ),  # fmt: skip
+    "Language": "kzcore.language",  # what a language plugin registers (subclassed)
     **dict.fromkeys(("KzError", "CompileError", "ProblemFormatError"), "kzcore.errors"),
     # policy backends
     **dict.fromkeys(("Policy", "PolicyError", "Chat", "Completion", "SamplingParams", "load_policy"), "kzcore.policy"),

@@ -190,7 +190,7 @@ def _cmd_eval(args) -> int:
             if not args.solutions
             else "kz eval takes --solutions or --policy, not both"
         )
-    require_language(args.language)
+    _note_gpu_only(require_language(args.language), _config_from(args).device, console)
     problems = _load_problems(args.problems, args.kernelbench)
     if args.solutions:
         candidates = load_solutions(args.solutions, problems, args.language)
@@ -243,6 +243,18 @@ def _cmd_eval(args) -> int:
     _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
     Console().print(f"results: {out}")
     return 0
+
+
+def _note_gpu_only(language, device: str, console) -> None:
+    """A ``needs_gpu`` language evaluated on a CPU: its candidates are checked and compiled, and none can
+    run, which the user should hear before the results say it candidate by candidate."""
+    from kzcore.executors.devices import resolve_device
+
+    if language.needs_gpu and device != "cuda" and resolve_device(device) == "cpu":
+        console.print(
+            f"[yellow]note: {language.name} candidates need a GPU; on this CPU they are checked and compiled, "
+            "and every one that gets as far as running is a runtime_error[/yellow]"
+        )
 
 
 def _sampling_params(args):

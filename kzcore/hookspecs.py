@@ -4,6 +4,11 @@ signatures, and a test keeps the two in step). Hooks are always called with keyw
 Two shapes only: collector hooks ``kz_register_*`` / ``kz_prompt_sections`` / lifecycle notifications,
 which every plugin may implement; and dispatch hooks (``firstresult=True``), keyed by an argument, where a
 plugin returns None for inputs that are not its own and the core's ``trylast`` default answers last.
+
+A language plugin implements none of the kernel-pipeline hooks: it registers a ``Language`` object and the
+core's default of each hook keyed by ``language`` asks that object (``Language.static_check``,
+``Language.load_candidate``, ...; kzcore/builtins/languages.py). The hooks stay for plugins that override or
+wrap a step for some or all languages.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ from typing import Any
 import pluggy
 
 from kzcore import PROJECT
+from kzcore.language import Language
 from kzcore.types import (
     Command,
     EvalConfig,
     EvalResult,
-    Language,
     LaunchCounter,
     OutputCheck,
     Phase,
@@ -40,10 +45,13 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 def kz_register_languages(register: Callable[[Language], None]) -> None:
     """Register kernel languages this plugin can compile and run.
 
-    :param register: call ``register(Language(name=..., ...))`` once per language.
+    :param register: call ``register(language)`` once per language, with a ``kzcore.Language`` (an instance
+        of a subclass whose methods check, load, instrument and precompile candidates, give prompt sections,
+        and name the worker environment, writable caches and packages the language needs; made once).
 
     Implemented by language plugins (``kz_triton``, ``kz_cuda``). The evaluator refuses a candidate whose
-    language nobody registered, naming the installed ones.
+    language nobody registered, naming the installed ones. Evaluator workers get every registered language's
+    environment and writable caches, and their tamper watch covers every language's packages.
     """
 
 
@@ -117,7 +125,8 @@ def kz_prepare_candidates(language: str, sources: list[str], config: EvalConfig)
 
     For work that pays to do ahead and off the evaluation workers: ``kz_cuda`` builds cuda-inline
     extensions here on CPU processes, in parallel, into a disk cache, so no GPU worker waits for nvcc.
-    Implementations return at once for languages that are not theirs.
+    Implementations return at once for languages that are not theirs. The core's default calls the
+    language's ``Language.prepare_candidates``.
     """
 
 
@@ -127,8 +136,9 @@ def kz_worker_started(device: str) -> None:
 
     :param device: ``"cuda"`` or ``"cpu"``.
 
-    Language plugins warm up here (import the compiler, build a tiny kernel) so the first candidate's
-    evaluation does not pay for it.
+    The core's default calls ``Language.worker_started`` of every registered language, where language
+    plugins warm up (import the compiler, build a tiny kernel) so the first candidate's evaluation does not
+    pay for it.
     """
 
 
@@ -138,8 +148,9 @@ def kz_extract_source(language: str, completion: str) -> str | None:
 
     :param language: the candidate's kernel language.
     :param completion: raw model output (may hold reasoning text and several code blocks).
-    :return: the source, or None to defer. The core's default picks the last fenced block that defines
-        ``ModelNew`` (or the unfenced text when it does); "" means no usable code (``format_error``).
+    :return: the source, or None to defer; "" means no usable code (``format_error``). The core's default
+        asks ``Language.extract_source``, whose default picks the last fenced block that defines ``ModelNew``,
+        preferring the language's ``fence_tags`` (or the unfenced text when it does).
 
     Stops at first non-None result.
     """
@@ -152,9 +163,9 @@ def kz_static_check(language: str, source: str) -> list[str] | None:
     :param language: the candidate's kernel language.
     :param source: the extracted module source.
     :return: a list of violations (each a short reason; empty when the source passes), or None when
-        ``language`` is not this plugin's.
+        ``language`` is not this plugin's. The core's default asks ``Language.static_check``.
 
-    Stops at first non-None result. Implemented by the language plugin; no core default.
+    Stops at first non-None result.
     """
 
 
@@ -166,7 +177,8 @@ def kz_load_candidate(language: str, path: Path, device: str) -> ModuleType | No
     :param path: a file in the worker's scratch directory holding the source.
     :param device: ``"cuda"`` or ``"cpu"``.
     :return: the imported module (it must define ``ModelNew``), or None when ``language`` is not this
-        plugin's. Raise ``kzcore.errors.CompileError(log)`` when the candidate does not build.
+        plugin's. Raise ``kzcore.errors.CompileError(log)`` when the candidate does not build. The core's
+        default asks ``Language.load_candidate``.
 
     Stops at first non-None result. Runs in a worker process, never in ``kz`` itself.
     """
@@ -181,7 +193,8 @@ def kz_instrument_candidate(language: str, module: ModuleType) -> LaunchCounter 
     :return: a `LaunchCounter` (or a plain zero-argument callable) giving how many of the module's kernels
         have launched so far, or None when ``language`` is not this plugin's. A forward that launches none is
         ``hack_suspected``. A LaunchCounter's ``bare()`` takes the instrumentation off the launch path while
-        the candidate is timed (give one when the instrumentation wraps the launch itself).
+        the candidate is timed (give one when the instrumentation wraps the launch itself). The core's default
+        asks ``Language.instrument``.
 
     Stops at first non-None result.
     """
@@ -195,7 +208,8 @@ def kz_kernel_names(language: str, module: ModuleType) -> list[str] | None:
     :param module: the loaded candidate module.
     :return: names (a kernel whose traced name contains one counts as the candidate's), or None when
         ``language`` is not this plugin's. With names, a GPU evaluation profiles one forward and calls it
-        ``hack_suspected`` when most of its GPU time ran in other kernels (ATen, cuBLAS, CuPy, ...).
+        ``hack_suspected`` when most of its GPU time ran in other kernels (ATen, cuBLAS, CuPy, ...). The
+        core's default asks ``Language.kernel_names``.
 
     Stops at first non-None result.
     """
@@ -214,7 +228,8 @@ def kz_precompile(language: str, model: Any, inputs: Sequence[Any]) -> bool | No
     :param model: the constructed ``ModelNew``.
     :param inputs: inputs of the first trial's shapes and dtypes (their values may be anything).
     :return: True when the kernels were compiled, False when they could not be (they then compile at their
-        first launch, as usual), None when ``language`` is not this plugin's.
+        first launch, as usual), None when ``language`` is not this plugin's. The core's default asks
+        ``Language.precompile``.
 
     Stops at first non-None result.
     """
@@ -291,8 +306,8 @@ def kz_prompt_sections(language: str, problem: Problem, template: str) -> list[P
     :param language: the target kernel language.
     :param problem: the problem to solve.
     :param template: the prompt template's name (``"kernelbench"``, ``"principles"``, ...).
-    :return: sections to add (or None). Language plugins add their rules and a one-shot example; the core
-        adds the task statement and the problem's source.
+    :return: sections to add (or None). The core adds the task statement and the problem's source, and the
+        language's ``Language.prompt_sections`` (its rules and a one-shot example).
     """
 
 

@@ -24,10 +24,10 @@ import pluggy
 
 from kzcore import PROJECT, hookspecs
 from kzcore.errors import KzError, UnknownLanguageError
-from kzcore.types import Language
+from kzcore.language import Language
 
 DEFAULT_PLUGINS = (
-    "kzcore.builtins.extraction",
+    "kzcore.builtins.languages",  # the per-language hooks ask the registered Language objects
     "kzcore.builtins.outputs",
     "kzcore.builtins.timing",
     "kzcore.builtins.prompting",
@@ -59,9 +59,16 @@ def new_plugin_manager(load_entry_points: bool = True, extra: Iterable[str] = ()
             pm.register(import_spec(spec), name=spec)
     for name in DEFAULT_PLUGINS:
         if pm.get_plugin(name) is None:
-            pm.register(importlib.import_module(name), name=name)
+            pm.register(_default_plugin(name, pm), name=name)
     pm.check_pending()
     return pm
+
+
+def _default_plugin(name: str, pm: pluggy.PluginManager) -> Any:
+    """A built-in plugin: the module, or what its ``for_manager(pm)`` gives (one bound to this manager)."""
+    module = importlib.import_module(name)
+    bind = getattr(module, "for_manager", None)
+    return bind(pm) if bind is not None else module
 
 
 TEST_GROUP = f"{PROJECT}.test"
@@ -180,6 +187,12 @@ def commands(pm: pluggy.PluginManager | None = None) -> Registry:
 
 def suites(pm: pluggy.PluginManager | None = None) -> Registry:
     return collect(pm or get_plugin_manager(), "kz_register_suites", "suite")
+
+
+def languages_of(specs: Iterable[str]) -> list[Language]:
+    """The languages the plugin set ``specs`` (`plugin_specs`) registers: what a pool asks, in the process
+    that starts its workers, for their environment and writable caches."""
+    return list(languages(new_plugin_manager(load_entry_points=False, extra=specs)).items.values())
 
 
 def require_language(name: str, pm: pluggy.PluginManager | None = None) -> Language:

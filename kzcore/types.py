@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from kzcore.language import Language  # noqa: F401 (kept importable from here: a class of its own module now)
+
 SCHEMA = 1
 
 
@@ -28,23 +30,6 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-@attrs.frozen
-class Language:
-    """A kernel language a plugin can compile and run.
-
-    ``fence_tags`` are the markdown fence labels its code blocks use (``python`` for Triton modules).
-    ``needs_gpu`` is True when candidates cannot execute on a CPU-only machine at all.
-    ``guard_torch_ops`` turns on the runtime guard that flags PyTorch compute inside a candidate's forward
-    (off only for languages whose candidates *are* PyTorch, like the test suite's toy "python" language).
-    """
-
-    name: str
-    description: str = ""
-    fence_tags: tuple[str, ...] = ("python",)
-    needs_gpu: bool = False
-    guard_torch_ops: bool = True
 
 
 class LaunchCounter:

@@ -71,7 +71,9 @@ def test_plugins_lists_installed_entry_points():
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") >= 3}
     assert {"triton", "pylang", "suites", "kzcore.builtins.registry"} <= set(rows)
-    assert "language triton" in rows["triton"] and "kz_static_check" in rows["triton"]
+    assert "language triton" in rows["triton"] and "kz_register_languages" in rows["triton"]
+    # a language plugin registers a Language object; the core's defaults of the pipeline hooks ask it
+    assert "kz_load_candidate" not in rows["triton"] and "kz_load_candidate" in rows["kzcore.builtins.languages"]
     assert "language python" in rows["pylang"]
     assert "executor local" in rows["kzcore.builtins.registry"]
     assert "suite builtin" in rows["suites"] and "suite" not in rows["kzcore.builtins.registry"]

@@ -52,7 +52,7 @@ def test_entry_points_load_by_default(monkeypatch):
     assert languages(pm).owners == {"triton": "triton", "python": "pylang", "cuda": "cuda", "cuda-inline": "cuda"}
     # the defaults are registered last, so every installed plugin's implementation is called before them
     impls = [pm.get_name(i.plugin) for i in pm.hook.kz_extract_source.get_hookimpls()]
-    assert impls[0] == "kzcore.builtins.extraction"  # trylast: first in pluggy's list, called last
+    assert impls[0] == "kzcore.builtins.languages"  # trylast: first in pluggy's list, called last
 
 
 def test_load_plugins_env_selects(monkeypatch):

@@ -1,10 +1,10 @@
 """Tamper detection in the worker: candidate code runs in the evaluator's own process, so after a candidate
 is imported, after its correctness trials and after timing the pipeline asks: was any function the verdict or
 the timer relies on replaced (timers, ``torch.cuda.synchronize``, CUDA events, ``torch``'s namespace and
-``Tensor`` methods, the result pipe, kzcore's own modules)? Was a torch function or dispatch mode left on (it
-would rewrite the reference and the comparison), or a precision switch such as TF32 flipped? Did candidate
-code start a Python thread outside its kernel launches (the op guard's dispatch mode is per thread, so work
-there is unseen)?
+``Tensor`` methods, the result pipe, kzcore's own modules, the registered languages' packages and their
+``Language`` objects)? Was a torch function or dispatch mode left on (it would rewrite the reference and the
+comparison), or a precision switch such as TF32 flipped? Did candidate code start a Python thread outside its
+kernel launches (the op guard's dispatch mode is per thread, so work there is unseen)?
 
 Neighbours: ``pipeline.Evaluation.run`` holds a ``Watch``; ``guard`` records the forward's operators."""
 
@@ -36,7 +36,6 @@ WATCHED_CLASSES = (
     "torch.cuda.Stream",
     "multiprocessing.connection.Connection",
 )
-OWN_PACKAGES = ("kzcore", "kz_triton", "kz_cuda")
 CANDIDATE_PREFIX = "kz_candidate_"  # pipeline.load_candidate's file names
 THREAD_STARTERS = (("_thread", "start_new_thread"), ("_thread", "start_new"), ("threading", "_start_new_thread"))
 _MISSING = object()
@@ -49,6 +48,9 @@ _watched: dict[tuple[int, str], tuple[str, object, str, object]] = {}
 # kzcore module). A name added to a library module shadows nothing, and libraries add some lazily.
 _namespaces: dict[int, tuple[str, object, frozenset[str]]] = {}
 _seen_modules: set[str] = set()
+# top-level packages whose modules are watched like kzcore's: kzcore and every registered language's
+# (`Language.own_packages`), added as Watch learns of them
+_own_packages: set[str] = {"kzcore"}
 _threads_started = [0]
 _torch_dir = ["/nonexistent"]
 
@@ -60,8 +62,8 @@ def _resolve(path: str):
     return sys.modules.get(path)
 
 
-def _record(label: str, owner, keep) -> None:
-    if isinstance(owner, type) or label.split(".")[0] in OWN_PACKAGES:
+def _record(label: str, owner, keep, namespace: bool = False) -> None:
+    if namespace or isinstance(owner, type) or label.split(".")[0] in _own_packages:
         _namespaces.setdefault(id(owner), (label, owner, frozenset(vars(owner))))
     for name, value in list(vars(owner).items()):
         if keep(name, value):
@@ -77,9 +79,18 @@ def _is_own_binding(name: str, value) -> bool:
     return _is_code(name, value) or not name.startswith("_")
 
 
-def _extend_baseline() -> None:
-    """Record what is loaded and not yet watched: the library namespaces once, kzcore's own modules (and the
-    classes they define) as the harness imports them. Called before each candidate is loaded."""
+def _extend_baseline(languages=()) -> None:
+    """Record what is loaded and not yet watched: the library namespaces once, kzcore's and the languages'
+    own modules (and the classes they define) as the harness imports them, and each language object (a
+    method set on one would shadow its class's). Called before each candidate is loaded."""
+    from kzcore.language import own_packages
+
+    _own_packages.update(own_packages(languages))
+    for language in languages:
+        label = f"Language[{language.name!r}]"
+        if label not in _seen_modules and hasattr(language, "__dict__"):
+            _seen_modules.add(label)
+            _record(label, language, _is_code, namespace=True)
     import threading  # noqa: F401  (imported so its thread starter can be counted)
 
     import torch._dynamo  # noqa: F401  (the op guard's first dispatch mode imports it, rebinding torch names)
@@ -91,7 +102,7 @@ def _extend_baseline() -> None:
             _seen_modules.add(path)
             _record(path, owner, _is_code)
     for name, module in list(sys.modules.items()):
-        if name in _seen_modules or module is None or name.split(".")[0] not in OWN_PACKAGES:
+        if name in _seen_modules or module is None or name.split(".")[0] not in _own_packages:
             continue
         _seen_modules.add(name)
         _record(name, module, _is_own_binding)
@@ -101,9 +112,9 @@ def _extend_baseline() -> None:
     _count_thread_starts()
 
 
-def prepare() -> None:
+def prepare(languages=()) -> None:
     """Take the baseline now (worker start-up), with the imports it needs, rather than at the first job."""
-    _extend_baseline()
+    _extend_baseline(languages)
 
 
 def _from_candidate(frame) -> bool:
@@ -213,11 +224,12 @@ def _listing(names: list[str], most: int = 6) -> str:
 
 
 class Watch:
-    """One evaluation's view: created before the candidate is loaded; ``findings()`` lists what the
-    candidate has done to the process since, worded for the verdict message ([] when nothing)."""
+    """One evaluation's view: created before the candidate is loaded, knowing the registered ``languages``
+    (their packages and objects are watched too); ``findings()`` lists what the candidate has done to the
+    process since, worded for the verdict message ([] when nothing)."""
 
-    def __init__(self):
-        _extend_baseline()
+    def __init__(self, languages=()):
+        _extend_baseline(languages)
         _renew_names()
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()

@@ -42,7 +42,7 @@ class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
     def run(self) -> tuple[EvalResult, bool]:
         status, message = Status.CORRECT, ""
         launches = None
-        watch = integrity.Watch()  # taken before any candidate code runs
+        watch = integrity.Watch(self.languages())  # taken before any candidate code runs
         try:
             source = self.source()
             self.static_check(source)
@@ -93,13 +93,16 @@ class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
         return attrs.evolve(base, **self.fields)
 
 
-def warm_up(device: str) -> None:
+def warm_up(device: str, pm=None) -> None:
     """Pay, once per worker before its first job, the one-time costs the first evaluation would otherwise
     carry: the imports the integrity baseline and the op guard need (``torch._dynamo``, seconds where
-    bytecode is not cached), and on a GPU the profiler, the cache poisoning and the output check."""
+    bytecode is not cached), and on a GPU the profiler, the cache poisoning and the output check. ``pm``:
+    the worker's plugins, whose languages' packages the baseline covers."""
     import torch
 
-    integrity.prepare()
+    from kzcore.plugins import languages
+
+    integrity.prepare(languages(pm).items.values() if pm is not None else ())
     with guard.recorder(record=True):
         torch.ones(2).add(1)
     if device != "cuda":

@@ -96,6 +96,12 @@ class EvaluationState:
         self.notes: list[str] = []  # harness notes for the result (added to timing_note)
         self.base_sizes: list[float] = []  # output magnitudes of the unvaried first trial
 
+    def languages(self) -> list:
+        """Every language the worker's plugins register (the tamper watch covers each one's packages)."""
+        from kzcore.plugins import languages
+
+        return list(languages(self.pm).items.values())
+
     def seed(self, value: int) -> None:
         import torch
 

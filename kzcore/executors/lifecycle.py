@@ -6,6 +6,7 @@ standby spares, replacing a worker that died or was killed, and closing them all
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import signal
 import tempfile
@@ -18,6 +19,7 @@ from kzcore.executors.channel import ChannelError, _bound_reads, receive
 from kzcore.executors.devices import physical_gpu
 from kzcore.executors.sandbox import kill_process_tree
 from kzcore.executors.worker import worker_main
+from kzcore.language import Language, worker_environment, writable_caches
 from kzcore.types import EvalJob
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class _Worker:
         lock_index: int,
         memory_limit: int | None,
         start_timeout_s: float,
+        caches: list[str],
     ):
         self.id = worker_id
         self.lock, self.lock_index = lock, lock_index
@@ -48,7 +51,7 @@ class _Worker:
         self.scratch = tempfile.mkdtemp(prefix=f"kz-sandbox{worker_id}-")  # deleted by kill()
         self.proc = ctx.Process(
             target=worker_main,
-            args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit, self.scratch),
+            args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit, self.scratch, caches),
             name=f"kz-worker-{worker_id}",
             daemon=True,
         )
@@ -111,9 +114,17 @@ class WorkerLifecycle:
     sets the state these methods keep (``slots``, ``workers``, ``spares``, ``locks``, ``_free_locks``, ...) and
     ``start_timeout_s``, how long a new worker has to report ready."""
 
+    @functools.cached_property
+    def languages(self) -> list[Language]:
+        """The languages of the workers' plugin set, asked here, where workers start: their environment must
+        be set before torch loads and their writable caches before the filesystem turns read-only, both
+        before a worker has loaded any plugin."""
+        from kzcore.plugins import languages_of
+
+        return languages_of(self.specs)
+
     def _env(self, slot) -> dict:
-        # explicit both ways: a TRITON_INTERPRET=1 left in the parent's environment must not reach GPU workers
-        env = {"PYTHONUNBUFFERED": "1", "TRITON_INTERPRET": "1" if self.device == "cpu" else "0"}
+        env = {"PYTHONUNBUFFERED": "1", **worker_environment(self.languages, self.device)}
         if slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = physical_gpu(slot)
         return env
@@ -133,6 +144,7 @@ class WorkerLifecycle:
             self._free_locks[gpu].pop(0),
             self.memory_limit,
             self.start_timeout_s,
+            [str(path) for path in writable_caches(self.languages)],
         )
         worker.slot_index, worker.gpu = slot_index, gpu
         self._next_id += 1

@@ -15,6 +15,7 @@ import signal
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000  # <linux/sched.h>
@@ -191,19 +192,15 @@ def readonly_filesystem(writable: list[Path]) -> str:
     return "readonly"
 
 
-def writable_paths(scratch: Path) -> list[Path]:
-    """What a worker may write besides its scratch directory: the caches compilers keep (Triton's,
-    CUDA's, CuPy's, kzcore's, ~/.cache) and the directories listed in KZ_SANDBOX_WRITABLE (os.pathsep-separated).
-    Missing ones are created (a bind mount needs its target)."""
+def writable_paths(scratch: Path, caches: Sequence[str] = ()) -> list[Path]:
+    """What a worker may write: its scratch directory, ``caches`` (the registered languages' compiler caches,
+    `Language.writable_caches`), ~/.cache, kzcore's cache, $XDG_CACHE_HOME and the directories listed in
+    KZ_SANDBOX_WRITABLE (os.pathsep-separated). Missing ones are created (a bind mount needs its target)."""
     from kzcore.cache import cache_root
 
-    home = Path.home()
-    paths = [scratch, home / ".triton", home / ".nv", home / ".cupy", home / ".cache", cache_root()]
-    for variable, below in (("TRITON_HOME", ".triton"), ("XDG_CACHE_HOME", "")):
-        if os.environ.get(variable):
-            paths.append(Path(os.environ[variable]) / below)
-    if os.environ.get("TRITON_CACHE_DIR"):
-        paths.append(Path(os.environ["TRITON_CACHE_DIR"]))
+    paths = [scratch, *map(Path, caches), Path.home() / ".cache", cache_root()]
+    if os.environ.get("XDG_CACHE_HOME"):
+        paths.append(Path(os.environ["XDG_CACHE_HOME"]))
     paths += [Path(p) for p in os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep) if p]
     return paths
 

@@ -2,8 +2,9 @@
 to stop. Candidate code only ever runs here, in a scratch directory, behind the fences of `sandbox`: no
 network, credentials scrubbed from the environment, capped memory and files, no core dumps, no new
 processes, and a clean slate after every job. Nothing heavy is imported at module level: the environment
-(CUDA_VISIBLE_DEVICES, TRITON_INTERPRET) must be set before torch or triton load, and the network namespace
-needs a process that has no threads yet."""
+(CUDA_VISIBLE_DEVICES, the languages' variables such as TRITON_INTERPRET) must be set before torch or a
+compiler loads, and the network namespace needs a process that has no threads yet. What the registered
+languages need before their plugins load here (environment, writable caches) comes from the pool."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 LOG_LIMIT = 4 * 1024 * 1024  # candidate stdout/stderr kept per worker before the log is truncated
@@ -54,7 +56,7 @@ def _limit_resources() -> None:
             pass
 
 
-def _fence(device: str, memory_limit: int | None, scratch: Path) -> dict:
+def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequence[str]) -> dict:
     """Put up the sandbox fences that must come before torch loads; returns what is up, for the run header."""
     from kzcore.executors import sandbox
 
@@ -69,7 +71,7 @@ def _fence(device: str, memory_limit: int | None, scratch: Path) -> dict:
     if "readonly-fs" in skip:
         fences["filesystem"] = "off (KZ_SANDBOX_SKIP)"
     else:
-        fences["filesystem"] = sandbox.readonly_filesystem(sandbox.writable_paths(scratch))
+        fences["filesystem"] = sandbox.readonly_filesystem(sandbox.writable_paths(scratch, caches))
     try:
         os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool
     except OSError:
@@ -150,7 +152,10 @@ def worker_main(
     lock_index: int = 0,
     memory_limit: int | None = None,
     scratch: str | None = None,
+    caches: Sequence[str] = (),
 ) -> None:
+    """``env``: variables to set first (the languages' among them); ``caches``: the languages' compiler
+    caches, writable besides ``scratch``."""
     clock = time.perf_counter()
     phases: dict[str, float] = {}  # seconds of each start-up phase, reported in the worker's info
 
@@ -168,7 +173,7 @@ def worker_main(
     workdir.mkdir(exist_ok=True)
     tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
-    fences = _fence(device, memory_limit, root)
+    fences = _fence(device, memory_limit, root, caches)
     phase("fences")
     from kzcore.executors.sandbox import CleanSlate, guard_processes, ignore_timer_signals
 
@@ -188,7 +193,7 @@ def worker_main(
         set_plugin_manager(pm)
         pm.hook.kz_worker_started(device=device)
         phase("plugins")
-        warm_up(device)
+        warm_up(device, pm)
         phase("warm_up")
         if fences.pop("process_guard"):
             guard_processes(workdir)

@@ -1,84 +1,74 @@
 """kz_triton: the Triton kernel language for kzcore (KernelBench's Triton solution format).
 
 A candidate is a Python module with ``class ModelNew`` and at least one ``@triton.jit`` kernel that
-``forward`` launches. Under ``TRITON_INTERPRET=1`` (set by the evaluator on CPU-only machines) kernels run
-in Triton's interpreter. This module never imports triton at import time: the ``kz`` process loads it to
-check and prompt, and only workers compile and run.
+``forward`` launches. CPU workers run kernels in Triton's interpreter (``TRITON_INTERPRET=1``, which this
+language asks for in their environment). This module never imports triton at import time: the ``kz`` process
+loads it to check and prompt, and only workers compile and run.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from kz_triton.static import check_source
 from kzcore import Language, PromptSection, hookimpl
 
-NAME = "triton"
+
+class Triton(Language):
+    name = "triton"
+    description = "Triton kernels in a Python module (KernelBench format); interpreter on CPU"
+    fence_tags = ("python", "py", "triton")
+
+    def static_check(self, source):
+        return check_source(source)
+
+    def prompt_sections(self, problem, template):
+        from kz_triton.prompt import EXAMPLE, RULES
+
+        return [PromptSection("Triton rules", RULES, order=20), PromptSection("Example", EXAMPLE, order=40)]
+
+    def worker_environment(self, device):
+        # explicit both ways: a TRITON_INTERPRET=1 left in the parent's environment must not reach GPU workers
+        return {"TRITON_INTERPRET": "1" if device == "cpu" else "0"}
+
+    def writable_caches(self):
+        paths = [Path.home() / ".triton"]
+        if os.environ.get("TRITON_HOME"):
+            paths.append(Path(os.environ["TRITON_HOME"]) / ".triton")
+        if os.environ.get("TRITON_CACHE_DIR"):
+            paths.append(Path(os.environ["TRITON_CACHE_DIR"]))
+        return paths
+
+    def worker_started(self, device):
+        from kz_triton.runtime import warm_up
+
+        warm_up(device)
+
+    def load_candidate(self, path, device):
+        from kz_triton.runtime import load_module
+
+        return load_module(path)
+
+    def instrument(self, module):
+        from kz_triton.runtime import instrument
+
+        return instrument(module)
+
+    def kernel_names(self, module):
+        from kz_triton.runtime import kernel_names
+
+        return kernel_names(module)
+
+    def precompile(self, model, inputs):
+        from kz_triton.runtime import precompile
+
+        return precompile(model, inputs)
+
+
+TRITON = Triton()
 
 
 @hookimpl
 def kz_register_languages(register):
-    register(
-        Language(
-            name=NAME,
-            description="Triton kernels in a Python module (KernelBench format); interpreter on CPU",
-            fence_tags=("python", "py", "triton"),
-        )
-    )
-
-
-@hookimpl
-def kz_static_check(language, source):
-    if language != NAME:
-        return None
-    return check_source(source)
-
-
-@hookimpl
-def kz_load_candidate(language, path, device):
-    if language != NAME:
-        return None
-    from kz_triton.runtime import load_module
-
-    return load_module(path)
-
-
-@hookimpl
-def kz_instrument_candidate(language, module):
-    if language != NAME:
-        return None
-    from kz_triton.runtime import instrument
-
-    return instrument(module)
-
-
-@hookimpl
-def kz_kernel_names(language, module):
-    if language != NAME:
-        return None
-    from kz_triton.runtime import kernel_names
-
-    return kernel_names(module)
-
-
-@hookimpl
-def kz_precompile(language, model, inputs):
-    if language != NAME:
-        return None
-    from kz_triton.runtime import precompile
-
-    return precompile(model, inputs)
-
-
-@hookimpl
-def kz_worker_started(device):
-    from kz_triton.runtime import warm_up
-
-    warm_up(device)
-
-
-@hookimpl
-def kz_prompt_sections(language, problem, template):
-    if language != NAME:
-        return None
-    from kz_triton.prompt import EXAMPLE, RULES
-
-    return [PromptSection("Triton rules", RULES, order=20), PromptSection("Example", EXAMPLE, order=40)]
+    register(TRITON)

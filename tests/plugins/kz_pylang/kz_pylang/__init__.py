@@ -1,36 +1,46 @@
 """kz_pylang: a toy kernel language whose "kernels" are plain PyTorch. It lives in its own folder with its
 own pyproject.toml and registers through an entry point, as a third-party kernel-language plugin would (in
-the ``kzcore.test`` group, loaded only under KZ_TEST_PLUGINS=1); docs/plugins.md walks through it."""
+the ``kzcore.test`` group, loaded only under KZ_TEST_PLUGINS=1), and it imports only from ``kzcore``;
+docs/plugins.md walks through it. Its worker environment variable and cache directory exist to show that a
+third-party language gets what the bundled ones get (tests/test_languages.py)."""
+
+import os
+from pathlib import Path
 
 from kzcore import Language, PromptSection, hookimpl, import_module_from_file
 
-NAME = "python"
+CACHE_ENV = "KZ_PYLANG_CACHE"  # where its (pretend) compiler cache lives, when set (tests set it)
+
+
+class PyLang(Language):
+    """The whole language: a subclass of kzcore.Language, registered once. The core asks it everything."""
+
+    name = "python"
+    description = "plain PyTorch modules (test language)"
+    guard_torch_ops = False  # its candidates *are* PyTorch
+
+    def static_check(self, source):
+        return [] if "class ModelNew" in source else ["no `class ModelNew` defined"]
+
+    def load_candidate(self, path, device):
+        return import_module_from_file(path, path.stem)
+
+    def prompt_sections(self, problem, template):
+        return [PromptSection("Rules", "Write ModelNew in plain PyTorch.", order=20)]
+
+    def worker_environment(self, device):
+        return {"KZ_PYLANG_DEVICE": device}
+
+    def writable_caches(self):
+        return [Path(os.environ[CACHE_ENV])] if os.environ.get(CACHE_ENV) else []
+
+
+PYLANG = PyLang()
 
 
 @hookimpl
 def kz_register_languages(register):
-    register(Language(name=NAME, description="plain PyTorch modules (test language)", guard_torch_ops=False))
-
-
-@hookimpl
-def kz_static_check(language, source):
-    if language != NAME:
-        return None
-    return [] if "class ModelNew" in source else ["no `class ModelNew` defined"]
-
-
-@hookimpl
-def kz_load_candidate(language, path, device):
-    if language != NAME:
-        return None
-    return import_module_from_file(path, path.stem)
-
-
-@hookimpl
-def kz_prompt_sections(language, problem, template):
-    if language != NAME:
-        return None
-    return [PromptSection("Rules", "Write ModelNew in plain PyTorch.", order=20)]
+    register(PYLANG)
 
 
 class EchoPolicy:
