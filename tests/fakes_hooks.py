@@ -392,3 +392,17 @@ class StartPlan:
 
 
 START_PLAN = StartPlan()
+
+
+class PrepareRecorder:
+    """Records kz_prepare_candidates calls and how many executors existed at the time."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    @hookimpl
+    def kz_prepare_candidates(self, language, sources, config):
+        self.calls.append((language, list(sources), config, len(InlineExecutor.instances)))
+
+
+PREPARE_RECORDER = PrepareRecorder()

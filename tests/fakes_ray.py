@@ -1,4 +1,4 @@
-"""A worker plugin for tests/test_ray.py: it kills the process that started the worker (under Ray, the
+"""A worker plugin for plugins/ray/tests/test_ray.py: it kills the process that started the worker (under Ray, the
 slot's actor) when a forward runs a model marked ``kz_kill_my_actor``. Candidate code itself may not
 signal other processes (the worker's process guard), so the test's actor death comes from plugin code."""
 

@@ -61,9 +61,9 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
 
 @pytest.mark.slow
 def test_reward_prepares_candidates_before_the_pool_evaluates_them(pool, problems, tmp_path, plugins):
-    from tests.test_cuda_inline import PREPARE_RECORDER
+    from tests.fakes_hooks import PREPARE_RECORDER
 
-    plugins("tests.test_cuda_inline:PREPARE_RECORDER")  # on the manager the reward reaches by default
+    plugins("tests.fakes_hooks:PREPARE_RECORDER")  # on the manager the reward reaches by default
     PREPARE_RECORDER.calls.clear()
     reward = CoderReward(problems, "triton", pool, CFG, CAGRPOConfig(tau=0.5), tmp_path / "r.jsonl")
     good = [{"role": "assistant", "content": f"```python\n{fakes_policy.SOLUTION}```"}]

@@ -23,7 +23,6 @@ from kz_cuda.inline_static import check_source
 from kz_cuda.launch import GPURequiredError
 from kz_cuda.prebuild import BuildStatus, prebuild, prepare
 from kz_suites import BUILTIN_SUITE
-from kzcore import hookimpl
 from kzcore.cache import cache_dir
 from kzcore.errors import CompileError
 from kzcore.evaluate.runner import evaluate
@@ -321,29 +320,14 @@ def test_evaluator_verdicts_on_cpu(cpu_torch, plugins, tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------------
 
 
-class PrepareRecorder:
-    """Records kz_prepare_candidates calls and how many executors existed at the time."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-
-    @hookimpl
-    def kz_prepare_candidates(self, language, sources, config):
-        from tests import fakes_hooks
-
-        self.calls.append((language, list(sources), config, len(fakes_hooks.InlineExecutor.instances)))
-
-
-PREPARE_RECORDER = PrepareRecorder()
-
-
 def test_kz_prepare_candidates(plugins, tmp_path, monkeypatch):
     from tests import fakes_hooks
 
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))  # the fake executor's problem checks stay here
 
-    pm = plugins("kz_pylang", "tests.fakes_hooks:FAKE_EXECUTORS", "tests.test_cuda_inline:PREPARE_RECORDER")
-    recorder = PREPARE_RECORDER
+    pm = plugins("kz_pylang", "tests.fakes_hooks:FAKE_EXECUTORS", "tests.fakes_hooks:PREPARE_RECORDER")
+    from tests.fakes_hooks import PREPARE_RECORDER as recorder
+
     recorder.calls.clear()
     fakes_hooks.InlineExecutor.instances.clear()
     relu = next(p for p in load_problems("builtin:1", pm=pm) if p.name == "1_ReLU")

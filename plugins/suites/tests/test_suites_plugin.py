@@ -15,7 +15,7 @@ from kzcore.errors import KzError, ProblemFormatError
 from kzcore.plugins import new_plugin_manager, plugin_specs, suites
 from kzcore.problems import load_problems, load_solutions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 PLUGIN_PACKAGES = {"kz_cuda", "kz_triton", "kz_models", "kz_ray", "kz_suites"}
 
 

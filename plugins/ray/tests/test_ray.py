@@ -34,7 +34,7 @@ from kzcore.problems import load_problems, load_solutions  # noqa: E402
 from kzcore.results import read_headers, read_results  # noqa: E402
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Status, to_json  # noqa: E402
 
-ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+ADVERSARIAL = Path(__file__).resolve().parents[3] / "tests" / "adversarial"
 SUITE = BUILTIN_SUITE
 CONFIG = EvalConfig(device="cpu", trials=2, timeout_s=60)
 SPECS = ["kz_triton", "tests.fakes_ray:ACTOR_KILLER"]

@@ -12,8 +12,8 @@ import pytest
 
 from kzcore.plugins import new_plugin_manager, set_plugin_manager
 
-ROOT = Path(__file__).resolve().parent.parent
-ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+ROOT = Path(__file__).resolve().parent
+ADVERSARIAL = ROOT / "tests" / "adversarial"
 
 
 def _has_gpu() -> bool:
