@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # workers import this module's CPU timer as "bench.timing"
 
+from bench.timing_truth import cv  # noqa: E402
 from kzcore import hookimpl  # noqa: E402
 from kzcore.types import Timing  # noqa: E402
 
@@ -72,13 +73,6 @@ class CpuWallTimer:
 
 
 CPU_WALL_TIMER = CpuWallTimer()
-
-
-def cv(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    if len(values) < 2:
-        return None
-    return statistics.stdev(values) / statistics.mean(values)
 
 
 def row(result, e2e_s: float, **extra) -> dict:

@@ -130,7 +130,7 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
     from kzcore.executors.local import LocalPool
     from kzcore.types import Candidate, EvalJob
 
-    saved = {k: os.environ.get(k) for k in ("TRITON_ALWAYS_COMPILE",)}
+    before = os.environ.get("TRITON_ALWAYS_COMPILE")
     if compile_always:
         os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # every job compiles its kernels while others time theirs
     config = attrs.evolve(bench.config, workers_per_gpu=workers_per_gpu)
@@ -150,20 +150,22 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
         wall = time.perf_counter() - t1
     finally:
         pool.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if before is None:
+            os.environ.pop("TRITON_ALWAYS_COMPILE", None)
+        else:
+            os.environ["TRITON_ALWAYS_COMPILE"] = before
     by_label: dict[str, list] = {}
     for result in sorted(results, key=lambda r: r.sample):  # results come as they finish, not in job order
         by_label.setdefault(result.origin, []).append(result)
     return {"pool_start_s": round(start_s, 2), "wall_s": round(wall, 2), "by_label": by_label}
 
 
-def _cv(values):
+def cv(values: list[float | None]) -> float | None:
+    """Coefficient of variation of the values that are not None (None for fewer than two)."""
     values = [v for v in values if v is not None]
-    return statistics.stdev(values) / statistics.mean(values) if len(values) >= 2 else None
+    if len(values) < 2:
+        return None
+    return statistics.stdev(values) / statistics.mean(values)
 
 
 def ground_truth(bench, args) -> dict:
@@ -176,7 +178,6 @@ def ground_truth(bench, args) -> dict:
         torch.backends.cudnn.allow_tf32 = False
     case_list = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
     workdir = Path(tempfile.mkdtemp(prefix="kz-ground-truth-"))
-    sys.path.insert(0, str(workdir))
     truth = {}
     for case in case_list:
         try:
@@ -208,7 +209,7 @@ def ground_truth(bench, args) -> dict:
                 "statuses": sorted({r.status.value for r in results}),
                 "speedups": speedups,
                 "speedup_median": med,
-                "speedup_cv": _cv(speedups) if None not in speedups else None,
+                "speedup_cv": cv(speedups) if None not in speedups else None,
                 "ref_ms": [r.ref_ms for r in results],
                 "cand_ms": [r.cand_ms for r in results],
                 "messages": sorted({r.message[:160] for r in results if r.message}),

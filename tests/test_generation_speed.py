@@ -76,7 +76,7 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
             seen["update"] = torch.backends.cuda.cudnn_sdp_enabled()
 
         def save_model(self, path):
-            pass
+            """run_grpo saves the phase's model here; the fake has no weights to write."""
 
     monkeypatch.setattr(trl, "GRPOTrainer", FakeGRPOTrainer)
     before = torch.backends.cuda.cudnn_sdp_enabled()

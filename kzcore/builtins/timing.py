@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from kzcore import hookimpl
@@ -49,24 +50,20 @@ def interleaved(timed, reference, candidate, reps: int, config) -> tuple[list[fl
     return ref_ms, cand_ms, ""
 
 
-_spin_cycles_per_us: list[float] = []  # measured once per process (the GPU's clock under torch.cuda._sleep)
-
-
+@functools.cache
 def spin_cycles_per_us() -> float:
-    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU, measured once with events."""
+    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU, measured once per process."""
     import torch
 
-    if not _spin_cycles_per_us:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        cycles = 200_000
-        torch.cuda._sleep(cycles)  # first call: module load
-        torch.cuda.synchronize()
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        _spin_cycles_per_us.append(cycles / max(start.elapsed_time(end) * 1000.0, 1e-3))
-    return _spin_cycles_per_us[0]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 200_000
+    torch.cuda._sleep(cycles)  # first call: module load
+    torch.cuda.synchronize()
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / max(start.elapsed_time(end) * 1000.0, 1e-3)
 
 
 def time_cuda(reference, candidate, config) -> Timing:
