@@ -329,6 +329,26 @@ def kz_format_prompt(
 
 
 # ---------------------------------------------------------------------------------------------------
+# decoding
+# ---------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kz_fast_generate(model: Any, generate: Callable[..., Any]) -> Callable[..., Any] | None:
+    """Offer a faster ``generate`` for a transformers model that the trainer is about to train with GRPO.
+
+    :param model: the model TRL generates with (the module being trained: its weights change between calls).
+    :param generate: the ``generate`` it would call otherwise (transformers', wrapped by the core).
+    :return: a callable taking what TRL passes to ``model.generate`` (``input_ids``, ``attention_mask``,
+        ``generation_config``, keywords) and returning prompt + completion token ids as ``generate`` does; it
+        should hand any call it does not implement to ``generate``. None: keep ``generate``.
+
+    kz_models answers for Llama-family models on a CUDA GPU (a static KV cache, each decoding step replayed as
+    a CUDA graph; kz_models.graphdecode). Stops at first non-None result.
+    """
+
+
+# ---------------------------------------------------------------------------------------------------
 # trainer lifecycle
 # ---------------------------------------------------------------------------------------------------
 

@@ -328,6 +328,28 @@ TITLES_ONLY_FORMATTER = TitlesOnlyFormatter()
 
 
 # ----------------------------------------------------------------------------------------------------
+# decoding
+# ----------------------------------------------------------------------------------------------------
+
+
+class FastGenerate:
+    """Offers a ``generate`` that tags its answer, for models marked ``fast_ok``; records what it was given."""
+
+    def __init__(self):
+        self.offered: list[tuple] = []
+
+    @hookimpl
+    def kz_fast_generate(self, model, generate):
+        self.offered.append((model, generate))
+        if not getattr(model, "fast_ok", False):
+            return None
+        return lambda **kwargs: ("fast", generate(**kwargs))
+
+
+FAST_GENERATE = FastGenerate()
+
+
+# ----------------------------------------------------------------------------------------------------
 # lifecycle
 # ----------------------------------------------------------------------------------------------------
 

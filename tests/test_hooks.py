@@ -379,6 +379,43 @@ def test_kz_phase_end(plugins, tmp_path):
     assert metrics["reward_mean"] == 0.5 and metrics["seconds"] >= 0
 
 
+def test_kz_fast_generate(plugins, tmp_path, monkeypatch):
+    trl = pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from kzcore.train import coder
+
+    fake = fakes_hooks.FAST_GENERATE
+    fake.offered.clear()
+    pm = plugins(f"{FAKES}:FAST_GENERATE")
+    seen = []
+
+    class FakeGRPOTrainer:
+        """What run_grpo touches of TRL's GRPOTrainer: train() generates once through ``model.generate``."""
+
+        fast_ok = True
+
+        def __init__(self, model, reward_funcs, args, train_dataset):
+            self.model = SimpleNamespace(generate=lambda **kwargs: "slow", fast_ok=FakeGRPOTrainer.fast_ok)
+            self.state = SimpleNamespace(global_step=1, log_history=[])
+            self.processing_class = SimpleNamespace(save_pretrained=lambda path: None)
+
+        def train(self):
+            seen.append(self.model.generate(input_ids=None))
+
+        def save_model(self, path):
+            """run_grpo saves the phase's model here; the fake has no weights to write."""
+
+    monkeypatch.setattr(trl, "GRPOTrainer", FakeGRPOTrainer)
+    coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
+    FakeGRPOTrainer.fast_ok = False  # the plugin declines this model: transformers' generate stays
+    coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
+    assert seen == [("fast", "slow"), "slow"]
+    # the plugin got the model and the core's generate (which wraps the model's own)
+    assert [model.fast_ok for model, _ in fake.offered] == [True, False]
+    assert all(generate(input_ids=None) == "slow" for _, generate in fake.offered)
+
+
 @pytest.mark.slow
 def test_kz_worker_started(tmp_path, monkeypatch):
     monkeypatch.setenv(fakes_hooks.MARKER_DIR_ENV, str(tmp_path))

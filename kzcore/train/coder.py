@@ -17,6 +17,7 @@ import attrs
 from kzcore.errors import KzError
 from kzcore.evaluate.runner import map_prepared
 from kzcore.jsonl import read_jsonl
+from kzcore.plugins import get_plugin_manager
 from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, gather_verdicts
 from kzcore.types import Candidate, EvalJob, Problem
@@ -194,8 +195,9 @@ def without_cudnn_attention(generate: Callable) -> Callable:
     return wrapped
 
 
-def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, output_dir: Path) -> dict:
-    """One GRPO phase on ``dataset`` with ``reward_funcs``; saves the model to ``output_dir``."""
+def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, output_dir: Path, pm=None) -> dict:
+    """One GRPO phase on ``dataset`` with ``reward_funcs``; saves the model to ``output_dir``. Generation goes
+    through a plugin's ``kz_fast_generate`` when one offers it for the model."""
     try:
         from trl import GRPOTrainer
     except ImportError as exc:
@@ -203,8 +205,10 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=grpo_config(settings, output_dir), train_dataset=dataset
     )
-    # TRL generates with the unwrapped model (the same module as trainer.model): its generate is wrapped there.
-    trainer.model.generate = without_cudnn_attention(trainer.model.generate)
+    # TRL generates with the unwrapped model (the same module as trainer.model): its generate is replaced there.
+    generate = without_cudnn_attention(trainer.model.generate)
+    pm = pm or get_plugin_manager()
+    trainer.model.generate = pm.hook.kz_fast_generate(model=trainer.model, generate=generate) or generate
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -240,7 +244,7 @@ def run_coder_phase(
     reward = CoderReward(problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl")
     dataset = task_dataset(problems, prompt_for)
     dataset.to_json(str(output_dir / "tasks.jsonl"))
-    metrics = run_grpo(model, dataset, [reward], settings, output_dir)
+    metrics = run_grpo(model, dataset, [reward], settings, output_dir, pm=pm)
     (output_dir / "pass_rates.json").write_text(json.dumps(reward.tally, indent=1))
     rows = read_jsonl(output_dir / "rewards.jsonl")
     metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0

@@ -175,7 +175,9 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
         if phase.frozen:
             metrics = propose_frozen(trainer, dataset, reward, settings)
         else:
-            metrics = run_grpo(trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model")
+            metrics = run_grpo(
+                trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model", pm=trainer.pm
+            )
     finally:
         coder.close()
     rows = read_jsonl(log_path)

@@ -7,6 +7,9 @@
   vllm:PATH[?opts]     vLLM's offline engine (GPU), with weight sync for the trainer; vllm:http://HOST:PORT
                        for a running server
 
+It also answers ``kz_fast_generate``: GRPO's generation for Llama-family models on a CUDA GPU through a static
+KV cache replayed as CUDA graphs (``kz_models.graphdecode``; ``KZ_DECODER=transformers`` turns it off).
+
 The ``kz`` process imports every plugin at start, so this module imports nothing heavy: each factory imports
 its backend (and torch, transformers or vllm) only when a policy of that kind is built.
 """
@@ -14,7 +17,9 @@ its backend (and torch, transformers or vllm) only when a policy of that kind is
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
+from typing import Any
 
 from kzcore import Policy, hookimpl
 
@@ -43,3 +48,16 @@ def _lazy_factory(target: str) -> Callable[[str], Policy]:
 def kz_register_policies(register):
     for name, target in BACKENDS.items():
         register(name, _lazy_factory(target))
+
+
+@hookimpl
+def kz_fast_generate(model: Any, generate: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The static-cache, CUDA-graph decoder for a Llama-family model on a GPU (``KZ_DECODER=transformers``: none)."""
+    if os.environ.get("KZ_DECODER", "auto") == "transformers":
+        return None
+    from kz_models.graphdecode import fast_generate, unsupported
+
+    device = getattr(model, "device", None)
+    if getattr(device, "type", None) != "cuda" or unsupported(model):
+        return None
+    return fast_generate(model, generate)

@@ -1,8 +1,11 @@
 """hf: transformers ``generate`` on a local checkpoint, batched with left padding, on CPU or GPU.
 
-Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16&batch_size=8&threads=N]``
+Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16&batch_size=8&threads=N
+&decoder=auto|static|transformers]``
 where PATH is a checkpoint directory (``config.json`` + safetensors/bin weights + tokenizer) or a ``FILE.gguf`` (loaded by
-transformers, dequantized). The smollm2 backend builds one of these on the embedded model; the trainer can
+transformers, dequantized). ``decoder``: ``static`` decodes through a preallocated KV cache (each step a CUDA
+graph on a GPU; kz_models.graphdecode), ``transformers`` through ``generate``, ``auto`` (default) the static decoder
+on a GPU for the models it supports once it has matched the model's own forward, else ``generate``. The smollm2 backend builds one of these on the embedded model; the trainer can
 wrap its own in-memory model with ``HFPolicy(model, tokenizer)`` and push new weights with ``update_weights``.
 """
 
@@ -16,12 +19,14 @@ from typing import Any
 
 import attrs
 
+from kz_models.graphdecode import StaticDecoder, checked, decoding_attention
 from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
 from kzcore import Chat, Completion, PolicyError, SamplingParams
 
-OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": ""}
+OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": "", "decoder": "auto"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+DECODERS = ("auto", "static", "transformers")
 CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
@@ -37,6 +42,7 @@ def load_hf_policy(arg: str) -> HFPolicy:
         dtype=choice_option("hf", options, "dtype", DTYPES),
         batch_size=int_option("hf", options, "batch_size"),
         name=f"hf:{arg}",
+        decoder=choice_option("hf", options, "decoder", DECODERS),
     )
 
 
@@ -94,23 +100,6 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
-@contextlib.contextmanager
-def decoding_attention() -> Iterator[None]:
-    """Scaled-dot-product attention by any of torch's backends but cuDNN's, for the duration of a ``generate``.
-
-    cuDNN's attention (which torch prefers on Hopper GPUs in bf16) builds an execution graph for each new
-    sequence length it meets. Decoding grows the KV cache by one position a step, so every step of a batch whose
-    shapes were not seen before pays for new graphs: on an H200 with SmolLM2-135M (30 layers, 16 or 40 rows) a
-    step took ~95-105 ms with cuDNN and ~27-34 ms without. Flash and memory-efficient attention need no per-shape
-    set-up. The previous backend flags are restored on exit; on a CPU, where cuDNN
-    attention does not run, nothing changes."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    names = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "OVERRIDEABLE")
-    with sdpa_kernel([getattr(SDPBackend, n) for n in names if hasattr(SDPBackend, n)]):
-        yield
-
-
 def context_length(config: Any) -> int | None:
     """The model's maximum number of positions, or None when its config does not say."""
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -154,10 +143,14 @@ class SampledLogprobs:
 class HFPolicy:
     """A Policy over a transformers causal LM and its tokenizer."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str = "hf", batch_size: int = 8):
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "hf", batch_size: int = 8, decoder: str = "auto"):
         if batch_size < 1:
             raise PolicyError(f"{name}: batch_size must be >= 1")
+        if decoder not in DECODERS:
+            raise PolicyError(f"{name}: decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
         self.name = name
+        self.decoder = decoder
+        self._static: bool | None = None  # decided at the first batch (decoder=auto checks the model then)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -174,7 +167,14 @@ class HFPolicy:
 
     @classmethod
     def from_path(
-        cls, path: str | Path, *, device: str = "auto", dtype: str = "auto", batch_size: int = 8, name: str = ""
+        cls,
+        path: str | Path,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        name: str = "",
+        decoder: str = "auto",
     ) -> HFPolicy:
         directory, gguf_file = resolve_checkpoint(path)
         device = resolve_device(device)
@@ -189,7 +189,7 @@ class HFPolicy:
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, **extra)
         except Exception as exc:  # transformers raises many types; the user needs one line naming the path
             raise PolicyError(f"hf: cannot load {path}: {one_line(exc)}") from exc
-        policy = cls(model.to(device), tokenizer, name=name or f"hf:{path}", batch_size=batch_size)
+        policy = cls(model.to(device), tokenizer, name=name or f"hf:{path}", batch_size=batch_size, decoder=decoder)
         policy.checkpoint = None if gguf_file else directory
         return policy
 
@@ -297,6 +297,8 @@ class HFPolicy:
         stopping: dict[str, Any] = {}
         if params.stop:  # lets generate stop a row early; the text is cut exactly below in any case
             stopping = {"stop_strings": [s for s in params.stop if s], "tokenizer": self.tokenizer}
+        if self._uses_static_decoder():
+            return self._generate_static(input_ids, attention, max_new, params)
         recorder = SampledLogprobs()
         with torch.inference_mode(), decoding_attention():
             out = self.model.generate(
@@ -312,6 +314,33 @@ class HFPolicy:
         generated = out[:, width:].cpu()
         logprobs = recorder.finish(generated)
         return [self._completion(generated[r].tolist(), logprobs[r].tolist(), params) for r in range(len(id_lists))]
+
+    def _uses_static_decoder(self) -> bool:
+        """decoder=static: always (PolicyError for a model it cannot decode); transformers: never; auto: on a
+        CUDA device, when the model is supported and the decoder matched its forward (checked once)."""
+        if self._static is None:
+            if self.decoder == "static":
+                reason = checked(self.model)
+                if reason:
+                    raise PolicyError(f"{self.name}: decoder=static: {reason}")
+            self._static = self.decoder == "static" or (
+                self.decoder == "auto" and self.device.type == "cuda" and checked(self.model) is None
+            )
+        return self._static
+
+    def _generate_static(self, input_ids, attention, max_new: int, params: SamplingParams) -> list[Completion]:
+        new, logprobs = StaticDecoder(self.model).generate(
+            input_ids.to(self.device),
+            attention.to(self.device),
+            max_new,
+            temperature=params.temperature,
+            top_p=params.top_p if params.temperature > 0 else 1.0,
+            eos_ids=sorted(self.eos_ids),
+            pad_id=self.tokenizer.pad_token_id,
+            logprobs=True,
+        )
+        new, logprobs = new.cpu(), logprobs.cpu()
+        return [self._completion(new[r].tolist(), logprobs[r].tolist(), params) for r in range(len(new))]
 
     def _completion(self, tokens: list[int], logprobs: list[float], params: SamplingParams) -> Completion:
         """Cut one generated row at its first EOS (kept in token_ids) or stop string (cut from the text; the
