@@ -152,6 +152,11 @@ def test_distill_keeps_only_verified_variants_with_provenance(plugins, tmp_path,
     assert triton["1_ReLU"]["provenance"]["variant"] is None
     assert "batch_size = 16384" in triton["3_Sigmoid__v1"]["prompt"][-1]["content"]
     assert triton["fam_relu"]["completion"][0]["content"].startswith("```python\n")
+    # the problems with a verified solution, in the languages they were verified in: tasks = "coldstart"
+    verified = {r["name"]: r for r in map(json.loads, (tmp_path / "problems.jsonl").read_text().splitlines())}
+    assert set(verified) == {r["problem"] for r in rows}
+    assert "triton" in verified["fam_relu"]["languages"] and verified["3_Sigmoid__v1"]["level"] == 1
+    assert "batch_size = 16384" in verified["3_Sigmoid__v1"]["code"]
 
 
 class RecordingTeacher:

@@ -154,7 +154,7 @@ def test_coder_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, cap
     out = tmp_path / "out"
     logged = {"correct_rate": 0.5, "frac_groups_zero_std": 0.25, "eval_seconds": 1.5}
 
-    def fake_grpo(model, dataset, funcs, settings, output_dir):
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
         torn(output_dir / "rewards.jsonl", [logged, logged], tail='{"call": 3, "rew')
         return {"steps": 2}
 
@@ -181,7 +181,7 @@ def test_proposer_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, 
     phase_dir = tmp_path / "phase"
     logged = {"step": 1, "accepted": 2, "failures": {"ast": 1, "duplicate": 1}}
 
-    def fake_grpo(model, dataset, funcs, settings, output_dir):
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
         phase_dir.mkdir(parents=True, exist_ok=True)
         torn(phase_dir / "rewards.jsonl", [logged, logged], tail='{"step": 3, "acc')
         return {"steps": 1}

@@ -132,6 +132,33 @@ def test_coder_task_mix_shares(plugins, tmp_path, tiny):
         TaskMixSection(older=0.8, builtin=0.5)
 
 
+def test_coder_tasks_from_the_verified_cold_start(plugins, tmp_path, tiny):
+    from kzcore.errors import KzError
+    from kzcore.problems import load_problems
+    from kzcore.train.distill import write_verified_problems
+
+    problems = {p.name: p for p in load_problems("builtin:1")}
+    trainer = make_trainer(
+        tmp_path, tiny, plugins("kz_triton"),
+        problems=ProblemsSection(coldstart=RELU, tasks="coldstart", heldout=RELU, heldout_names=("1_ReLU",)),
+    )  # fmt: skip
+    with pytest.raises(KzError, match='tasks = "coldstart" needs the distill phase'):
+        _ = trainer.tasks
+    rows = [
+        {"problem": "1_ReLU", "level": 1, "language": "triton"},  # held out: never a task
+        {"problem": "2_GELU", "level": 1, "language": "triton"},
+        {"problem": "2_GELU", "level": 1, "language": "cuda"},
+        {"problem": "3_Sigmoid", "level": 1, "language": "cuda"},  # verified in CUDA only: not a Triton task
+    ]
+    distilled = tmp_path / "run" / "phases" / "00-distill"
+    distilled.mkdir(parents=True)
+    write_verified_problems(distilled / "problems.jsonl", list(problems.values()), rows)
+    assert [p.name for p in trainer.tasks] == ["2_GELU"]
+    assert trainer.tasks[0].source == problems["2_GELU"].source
+    tasks, sources = trainer.coder_tasks(3, round=1)
+    assert sources == {"builtin": 3} and {t.name for t in tasks} == {"2_GELU"}
+
+
 def test_coder_pass_rates_go_back_to_the_pool_and_the_api_weights(plugins, tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny, plugins("kz_triton"))
     append_records(trainer.pool_path(), [record(0, 1, passed=2, apis=("Tanh",)), record(1, 1, passed=2)])
@@ -193,7 +220,7 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
 
     captured = {}
     monkeypatch.setattr(
-        proposer_phase, "run_grpo", lambda model, data, funcs, s, out: captured.update(f=funcs[0]) or {}
+        proposer_phase, "run_grpo", lambda model, data, funcs, s, out, pm=None: captured.update(f=funcs[0]) or {}
     )
     proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), tmp_path / "proposer")
     task = attrs.evolve(record(0, 1), code=relu.source)

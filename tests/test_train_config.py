@@ -10,9 +10,12 @@ from kzcore.cli import main
 from kzcore.train.config import ConfigError, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+EXPERIMENT_CONFIGS = CONFIGS.parent / "experiments" / "learning_signal" / "configs"
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(CONFIGS.glob("*.toml")) + sorted(EXPERIMENT_CONFIGS.glob("*.toml")), ids=lambda p: p.name
+)
 def test_shipped_configs_load(path):
     config = load_config(path)
     assert config.schedule.phases(), "a config that schedules nothing is useless"
@@ -47,3 +50,43 @@ def test_kz_train_missing_config_is_one_line_error(capsys, tmp_path):
     assert main(["train", "--config", str(tmp_path / "nope.toml")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("kz: error:") and "no such config file" in err and "\n" not in err
+
+
+def test_the_gpu_learning_runs_differ_where_they_say():
+    main_run = load_config(CONFIGS / "gpu-small.toml")
+    seed1 = load_config(EXPERIMENT_CONFIGS / "gpu-small-seed1.toml")
+    frozen = load_config(EXPERIMENT_CONFIGS / "gpu-small-frozen.toml")
+    assert main_run.problems.tasks == "coldstart" and main_run.coder.max_completion_length >= 1024
+    assert main_run.coder.num_generations >= 8 and main_run.sft.max_length >= 1536
+    assert (seed1.run.seed, seed1.sft.seed, seed1.coder.seed, seed1.proposer_grpo.seed) == (1, 1, 1, 1)
+    assert frozen.schedule.freeze_proposer_at_step == 0 and frozen.run.seed == 0
+    dirs = {main_run.run.dir, seed1.run.dir, frozen.run.dir}
+    assert len(dirs) == 3  # three runs side by side on one machine
+
+
+def test_fork_run_copies_the_cold_start_up_to_the_phase_asked(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    for pid in ("00-distill", "00-sft", "01-proposer"):
+        (src / "phases" / pid).mkdir(parents=True)
+        (src / "phases" / pid / "marker").write_text(pid)
+    (src / "heldout" / "00-base").mkdir(parents=True)
+    (src / "heldout" / "00-sft").mkdir(parents=True)
+    metrics = {pid: {"seconds": 1.0} for pid in ("00-distill", "00-sft", "01-proposer")}
+    (src / "state.json").write_text(json.dumps({"done": list(metrics), "metrics": metrics}))
+    rows = [{"phase": p} for p in ("00-base", "00-sft", "01-coder")]
+    (src / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fork = [sys.executable, str(CONFIGS.parent / "experiments" / "learning_signal" / "fork_run.py")]
+    subprocess.run([*fork, str(src), str(tmp_path / "a"), "--after", "distill"], check=True)
+    subprocess.run([*fork, str(src), str(tmp_path / "b")], check=True)
+    a, b = (json.loads((tmp_path / d / "state.json").read_text()) for d in ("a", "b"))
+    assert a["done"] == ["00-distill"] and b["done"] == ["00-distill", "00-sft"]
+    assert sorted(p.name for p in (tmp_path / "a" / "phases").iterdir()) == ["00-distill"]
+    assert not (tmp_path / "a" / "heldout.jsonl").exists()  # its own base and SFT evaluations are to come
+    kept = [json.loads(x)["phase"] for x in (tmp_path / "b" / "heldout.jsonl").read_text().splitlines()]
+    assert kept == ["00-base", "00-sft"]
+    refused = subprocess.run([*fork, str(tmp_path / "a"), str(tmp_path / "c")], capture_output=True, text=True)
+    assert refused.returncode != 0 and "has not finished 00-sft" in refused.stderr

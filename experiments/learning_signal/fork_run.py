@@ -1,38 +1,47 @@
-"""Start a run from another run's cold start: copy its finished distill and SFT phases (checkpoint, data,
-held-out rows of the base and SFT models) into a new run directory, so several RL runs (other seeds, the
-frozen-Proposer variant) share one cold start and differ only from the first Proposer phase on.
+"""Start a run from another run's cold start: copy its finished phases up to and including ``--after``
+(``distill``: the verified SFT set; ``sft``, the default: the SFT checkpoint too) with the held-out rows of
+those phases into a new run directory. A seed replicate forks after distill (its own SFT); an ablation of the
+RL phases (the frozen Proposer) forks after SFT and differs only from the first Proposer phase on.
 
-    python experiments/learning_signal/fork_run.py runs/gpu-small runs/gpu-small-s1
+    python experiments/learning_signal/fork_run.py runs/gpu-small runs/gpu-small-seed1 --after distill
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
-COLD = ("00-distill", "00-sft")
+PHASES = {"distill": ("00-distill",), "sft": ("00-distill", "00-sft")}
+HELDOUT = {"00-distill": (), "00-sft": ("00-base", "00-sft")}
 
 
-def fork(src: Path, dst: Path) -> None:
+def fork(src: Path, dst: Path, after: str = "sft") -> None:
+    cold = PHASES[after]
     state = json.loads((src / "state.json").read_text())
-    missing = [p for p in COLD if p not in state["done"]]
+    missing = [p for p in cold if p not in state["done"]]
     if missing:
         raise SystemExit(f"fork_run: {src} has not finished {', '.join(missing)}")
     dst.mkdir(parents=True, exist_ok=False)
-    for pid in COLD:
+    for pid in cold:
         shutil.copytree(src / "phases" / pid, dst / "phases" / pid)
-    if (src / "heldout").exists():
-        for pid in ("00-base", "00-sft"):
-            if (src / "heldout" / pid).exists():
-                shutil.copytree(src / "heldout" / pid, dst / "heldout" / pid)
-    rows = [json.loads(x) for x in (src / "heldout.jsonl").read_text().splitlines() if x.strip()]
-    kept = [r for r in rows if r["phase"] in ("00-base", "00-sft")]
-    (dst / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    forked = {"done": list(COLD), "metrics": {p: state["metrics"][p] for p in COLD}, "forked_from": str(src)}
+    heldout = HELDOUT[cold[-1]] if (src / "heldout.jsonl").exists() else ()
+    for pid in heldout:
+        if (src / "heldout" / pid).exists():
+            shutil.copytree(src / "heldout" / pid, dst / "heldout" / pid)
+    if heldout:
+        rows = [json.loads(x) for x in (src / "heldout.jsonl").read_text().splitlines() if x.strip()]
+        kept = [r for r in rows if r["phase"] in heldout]
+        (dst / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    forked = {"done": list(cold), "metrics": {p: state["metrics"][p] for p in cold}, "forked_from": str(src)}
     (dst / "state.json").write_text(json.dumps(forked, indent=2))
 
 
 if __name__ == "__main__":
-    fork(Path(sys.argv[1]), Path(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", type=Path)
+    parser.add_argument("dst", type=Path)
+    parser.add_argument("--after", choices=sorted(PHASES), default="sft")
+    args = parser.parse_args()
+    fork(args.src, args.dst, args.after)

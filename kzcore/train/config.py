@@ -63,7 +63,9 @@ def _specs(value) -> tuple[str, ...]:
 @attrs.frozen
 class ProblemsSection:
     coldstart: str = "builtin"  # problems the teacher solves for distillation
-    tasks: str = "builtin"  # the initial Coder task pool (the Proposer adds to it)
+    # the initial Coder task pool (the Proposer adds to it): a problem spec, or "coldstart" for the problems the
+    # cold start verified a solution to (built-in and variant problems, in the trainer's language)
+    tasks: str = "builtin"
     # evaluated after base, SFT and every Coder phase; never used for training. One spec or a list of specs
     # (e.g. ["builtin:1", "builtin:2"]); "" or [] = none.
     heldout: tuple[str, ...] = attrs.field(default=(), converter=_specs)

@@ -152,7 +152,25 @@ def distill(
             )
     dataset = out_dir / "sft.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_verified_problems(out_dir / PROBLEMS_FILE, all_problems, rows)
     return DistillSummary(n_cand, n_correct, len(rows), str(dataset), str(out_dir), note, counts)
+
+
+PROBLEMS_FILE = "problems.jsonl"  # the problems the SFT set holds a verified solution to (trainer tasks "coldstart")
+
+
+def write_verified_problems(path: Path, problems: list[Problem], rows: list[dict]) -> None:
+    """One JSONL problem per problem that has at least one SFT row (``name``, ``level``, ``code``, and the
+    ``languages`` it was verified in): the suite behind ``[problems] tasks = "coldstart"``."""
+    languages: dict[tuple[int, str], set[str]] = {}
+    for row in rows:
+        languages.setdefault((row["level"], row["problem"]), set()).add(row["language"])
+    lines = [
+        {"name": p.name, "level": p.level, "code": p.source, "languages": sorted(languages[(p.level, p.name)])}
+        for p in problems
+        if (p.level, p.name) in languages
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _teacher_name(teacher: Policy | None, solutions: str | None, variant) -> str | None:

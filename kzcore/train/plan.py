@@ -117,7 +117,11 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         "evaluator": _evaluator(config, processes),
         "problems": {
             "coldstart": _problems([config.problems.coldstart], pm),
-            "tasks": _problems([config.problems.tasks], pm),
+            "tasks": (
+                {"coldstart": "the cold start's verified problems (known after the distill phase)"}
+                if config.problems.tasks == "coldstart"
+                else _problems([config.problems.tasks], pm)
+            ),
             "heldout": _problems(config.problems.heldout, pm),
         },
         "heldout": {"n": config.heldout.n, "k": [k for k in config.heldout.k if k <= config.heldout.n]},

@@ -28,12 +28,13 @@ from kzcore.prompts import build_prompt
 from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import TrainConfig
-from kzcore.train.distill import distill
+from kzcore.train.distill import PROBLEMS_FILE, distill
 from kzcore.train.schedule import phase_id, read_state, run_schedule
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
 TASK_RATES = "task_rates.jsonl"
+COLDSTART_TASKS = "coldstart"  # [problems] tasks: the cold start's verified problems
 
 
 def resolve_checkpoint(spec: str, pm=None) -> str:
@@ -75,10 +76,36 @@ class Trainer:
         self.coldstart = [
             p for p in load_problems(config.problems.coldstart, pm=self.pm) if (p.level, p.name) not in held
         ]
-        self.tasks = [p for p in load_problems(config.problems.tasks, pm=self.pm) if (p.level, p.name) not in held]
+        self._held = held
+        self._tasks: list[Problem] | None = None
         self.base = resolve_checkpoint(config.models.coder, self.pm)
         same = config.models.proposer in ("same", config.models.coder)  # one spec: resolve (load) it once
         self.proposer_base = self.base if same else resolve_checkpoint(config.models.proposer, self.pm)
+
+    @property
+    def tasks(self) -> list[Problem]:
+        """The ``[problems] tasks`` problems, held-out ones excluded. ``"coldstart"``: the problems the cold
+        start holds a verified solution to in the trainer's language (built-in and variant problems; known to
+        be solvable, so GRPO groups on them can have reward variance), read once the distill phase has run."""
+        if self._tasks is None:
+            spec = self.config.problems.tasks
+            if spec == COLDSTART_TASKS:
+                problems = self._coldstart_tasks()
+            else:
+                problems = load_problems(spec, pm=self.pm)
+            self._tasks = [p for p in problems if (p.level, p.name) not in self._held]
+        return self._tasks
+
+    @tasks.setter
+    def tasks(self, problems: list[Problem]) -> None:
+        self._tasks = list(problems)
+
+    def _coldstart_tasks(self) -> list[Problem]:
+        path = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / PROBLEMS_FILE
+        if not path.exists():
+            raise KzError(f'[problems] tasks = "coldstart" needs the distill phase\'s {path} (is cold_start on?)')
+        verified = {(r["level"], r["name"]) for r in read_jsonl(path) if self.language in r.get("languages", ())}
+        return [p for p in load_problems(str(path), pm=self.pm) if (p.level, p.name) in verified]
 
     # -- plumbing ---------------------------------------------------------------------------------
     @property

@@ -1,0 +1,114 @@
+"""kz_models' static-cache decoder (CUDA graphs) against transformers' generate, side by side in one process on
+the embedded SmolLM2-135M: milliseconds per decoding step at two batch sizes, greedy, every row running to
+``--new`` tokens (EOS ignored by both), and how far the two greedy decodes agree (bf16: they part once a
+near-tie falls the other way). Also the decoder's check against the model's forward (``agreement``).
+
+    python bench/generation/static_decoder.py --out decoder.json      # on a GPU machine; prints one JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from kz_models.graphdecode import StaticDecoder, agreement, decoding_attention
+from kz_models.smollm2 import ensure_checkpoint
+
+
+def prompts(tokenizer, batch: int, device):
+    """``batch`` chat prompts of different lengths (a Coder-like request with a problem file), left-padded."""
+    from kz_suites import BUILTIN_SUITE
+
+    files = sorted((BUILTIN_SUITE / "level1").glob("*.py"))
+    rows = []
+    for i in range(batch):
+        text = files[i % len(files)].read_text()
+        chat = [{"role": "user", "content": f"Write ModelNew with a Triton kernel for:\n```python\n{text}```"}]
+        rows.append(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    width = max(len(r) for r in rows)
+    ids = torch.full((batch, width), tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, width - len(row) :] = torch.tensor(row)
+        mask[r, width - len(row) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn):
+    sync()
+    t0 = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def measure(model, ids, mask, new: int, pad: int) -> dict:
+    """Both decoders on one left-padded batch, greedy, ``new`` tokens a row; warmed up first."""
+    decoder = StaticDecoder(model)
+    decoder.generate(ids[:, -64:], mask[:, -64:], 8, pad_id=pad)  # warm-up (kernels, allocator)
+    settings = dict(do_sample=False, pad_token_id=pad)
+
+    def transformers_generate(ids, mask, new):
+        with torch.no_grad(), decoding_attention():
+            return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, **settings)
+
+    transformers_generate(ids[:, -64:], mask[:, -64:], 8)
+    (mine, _), t_static = timed(lambda: decoder.generate(ids, mask, new, pad_id=pad))
+    ref, t_hf = timed(lambda: transformers_generate(ids, mask, new))
+    ref = ref[:, ids.shape[1] :]
+    same = (mine == ref).int()
+    first_diff = [int(row.argmin()) if not bool(row.all()) else new for row in same]
+    return {
+        "batch": int(ids.shape[0]),
+        "prompt_tokens": int(ids.shape[1]),
+        "transformers_ms_per_step": round(1000 * t_hf / new, 3),
+        "static_ms_per_step": round(1000 * t_static / new, 3),
+        "speedup": round(t_hf / t_static, 2),
+        "rows_identical": sum(d == new for d in first_diff),
+        "mean_first_difference": sum(first_diff) / len(first_diff),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="16,64")
+    parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run: eager steps)")
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ensure_checkpoint()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    pad = tokenizer.pad_token_id or 0
+    model.generation_config.eos_token_id = None  # both decoders run every row to --new tokens
+    error, argmax_agree = agreement(model)
+    record = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "model": f"SmolLM2-135M-Instruct ({str(dtype).removeprefix('torch.')})",
+        "new_tokens": args.new,
+        "check": {"max_logit_error_of_scale": error, "argmax_agreement": argmax_agree},
+        "runs": [],
+    }
+    for batch in (int(b) for b in args.batches.split(",")):
+        record["runs"].append(measure(model, *prompts(tokenizer, batch, args.device), args.new, pad))
+    text = json.dumps(record, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
