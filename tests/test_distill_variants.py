@@ -157,6 +157,8 @@ def test_distill_keeps_only_verified_variants_with_provenance(plugins, tmp_path,
     assert set(verified) == {r["problem"] for r in rows}
     assert "triton" in verified["fam_relu"]["languages"] and verified["3_Sigmoid__v1"]["level"] == 1
     assert "batch_size = 16384" in verified["3_Sigmoid__v1"]["code"]
+    fam_relu = triton["fam_relu"]["completion"][0]["content"]
+    assert verified["fam_relu"]["solution_chars"]["triton"] == len(fam_relu)
 
 
 class RecordingTeacher:

@@ -144,19 +144,32 @@ def test_coder_tasks_from_the_verified_cold_start(plugins, tmp_path, tiny):
     )  # fmt: skip
     with pytest.raises(KzError, match='tasks = "coldstart" needs the distill phase'):
         _ = trainer.tasks
+
+    def row(problem, language, chars=100):
+        return {"problem": problem, "level": 1, "language": language, "completion": [{"content": "x" * chars}]}
+
     rows = [
-        {"problem": "1_ReLU", "level": 1, "language": "triton"},  # held out: never a task
-        {"problem": "2_GELU", "level": 1, "language": "triton"},
-        {"problem": "2_GELU", "level": 1, "language": "cuda"},
-        {"problem": "3_Sigmoid", "level": 1, "language": "cuda"},  # verified in CUDA only: not a Triton task
+        row("1_ReLU", "triton"),  # held out: never a task
+        row("2_GELU", "triton", 900),
+        row("2_GELU", "triton", 700),  # the shortest verified answer counts
+        row("2_GELU", "cuda", 5000),
+        row("3_Sigmoid", "cuda"),  # verified in CUDA only: not a Triton task
+        row("4_LeakyReLU", "triton", 2000),
     ]
     distilled = tmp_path / "run" / "phases" / "00-distill"
     distilled.mkdir(parents=True)
     write_verified_problems(distilled / "problems.jsonl", list(problems.values()), rows)
-    assert [p.name for p in trainer.tasks] == ["2_GELU"]
+    assert [p.name for p in trainer.tasks] == ["2_GELU", "4_LeakyReLU"]
     assert trainer.tasks[0].source == problems["2_GELU"].source
+    # a curriculum by solution length: only problems whose shortest verified Triton answer fits
+    short = attrs.evolve(trainer.config.problems, task_max_solution_chars=1000)
+    trainer = make_trainer(tmp_path, tiny, trainer.pm, problems=short)
+    assert [p.name for p in trainer.tasks] == ["2_GELU"]
     tasks, sources = trainer.coder_tasks(3, round=1)
     assert sources == {"builtin": 3} and {t.name for t in tasks} == {"2_GELU"}
+    none_fit = attrs.evolve(short, task_max_solution_chars=10)
+    with pytest.raises(KzError, match="no cold-start problem verified in triton with a solution of <= 10"):
+        _ = make_trainer(tmp_path, tiny, trainer.pm, problems=none_fit).tasks
 
 
 def test_coder_pass_rates_go_back_to_the_pool_and_the_api_weights(plugins, tmp_path, tiny):

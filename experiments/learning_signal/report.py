@@ -30,7 +30,8 @@ def run_summary(run_dir: Path) -> dict:
     heldout = {row.pop("phase"): {k: v for k, v in row.items() if k not in ("round", "time")}
                for row in read_jsonl(run_dir / "heldout.jsonl")}  # fmt: skip
     coder_calls = {}
-    for pid in state["done"]:
+    phase_dirs = sorted(p.name for p in (run_dir / "phases").iterdir()) if (run_dir / "phases").exists() else []
+    for pid in phase_dirs:  # an unfinished phase's steps too (a run cut short still shows what it did)
         rows = read_jsonl(run_dir / "phases" / pid / "model" / "rewards.jsonl")
         if pid.endswith("coder") and rows:
             coder_calls[pid] = [
@@ -94,10 +95,14 @@ def plot(runs: dict[str, dict], languages: list[str], path: Path) -> None:
             ax.set_xticks(range(len(phases)), phases, rotation=30, ha="right")
             ax.set_title(f"held-out pass@1, {lang}")
             ax.set_ylim(-0.02, max(0.2, ax.get_ylim()[1]))
-        coder = [(pid, m.get("correct_rate")) for pid, m in run["phases"].items() if pid.endswith("coder")]
-        if coder:
-            axes[-1].plot([p for p, _ in coder], [v for _, v in coder], marker=markers[j % 5], label=name)
-    axes[-1].set_title("training-problem pass@1 (Coder phases)")
+        steps = [(pid, r["correct_rate"]) for pid, rows in run["coder_calls"].items() for r in rows]
+        if steps:
+            axes[-1].plot(range(1, len(steps) + 1), [v for _, v in steps], marker=markers[j % 5], ms=4, label=name)
+            for k in range(1, len(steps)):  # phase boundaries
+                if steps[k][0] != steps[k - 1][0]:
+                    axes[-1].axvline(k + 0.5, color="grey", lw=0.6, ls=":")
+    axes[-1].set_title("training-problem pass@1 per GRPO step")
+    axes[-1].set_xlabel("Coder GRPO step (dotted: next phase)")
     for ax in axes:
         ax.legend(fontsize=8)
     fig.tight_layout()

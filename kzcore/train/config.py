@@ -66,6 +66,9 @@ class ProblemsSection:
     # the initial Coder task pool (the Proposer adds to it): a problem spec, or "coldstart" for the problems the
     # cold start verified a solution to (built-in and variant problems, in the trainer's language)
     tasks: str = "builtin"
+    # with tasks = "coldstart": only problems whose shortest verified solution (in the trainer's language) has at
+    # most this many characters (0: no limit) -- a curriculum that starts RL where a small model can succeed
+    task_max_solution_chars: int = 0
     # evaluated after base, SFT and every Coder phase; never used for training. One spec or a list of specs
     # (e.g. ["builtin:1", "builtin:2"]); "" or [] = none.
     heldout: tuple[str, ...] = attrs.field(default=(), converter=_specs)

@@ -160,15 +160,25 @@ PROBLEMS_FILE = "problems.jsonl"  # the problems the SFT set holds a verified so
 
 
 def write_verified_problems(path: Path, problems: list[Problem], rows: list[dict]) -> None:
-    """One JSONL problem per problem that has at least one SFT row (``name``, ``level``, ``code``, and the
-    ``languages`` it was verified in): the suite behind ``[problems] tasks = "coldstart"``."""
-    languages: dict[tuple[int, str], set[str]] = {}
+    """One JSONL problem per problem that has at least one SFT row: ``name``, ``level``, ``code``, the
+    ``languages`` it was verified in and, per language, the length in characters of its shortest verified
+    answer (``solution_chars``, what ``[problems] task_max_solution_chars`` reads): the suite behind
+    ``[problems] tasks = "coldstart"``."""
+    shortest: dict[tuple[int, str], dict[str, int]] = {}
     for row in rows:
-        languages.setdefault((row["level"], row["problem"]), set()).add(row["language"])
+        chars = len(row["completion"][-1]["content"])
+        known = shortest.setdefault((row["level"], row["problem"]), {})
+        known[row["language"]] = min(chars, known.get(row["language"], chars))
     lines = [
-        {"name": p.name, "level": p.level, "code": p.source, "languages": sorted(languages[(p.level, p.name)])}
+        {
+            "name": p.name,
+            "level": p.level,
+            "code": p.source,
+            "languages": sorted(shortest[(p.level, p.name)]),
+            "solution_chars": shortest[(p.level, p.name)],
+        }
         for p in problems
-        if (p.level, p.name) in languages
+        if (p.level, p.name) in shortest
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 

@@ -86,7 +86,8 @@ class Trainer:
     def tasks(self) -> list[Problem]:
         """The ``[problems] tasks`` problems, held-out ones excluded. ``"coldstart"``: the problems the cold
         start holds a verified solution to in the trainer's language (built-in and variant problems; known to
-        be solvable, so GRPO groups on them can have reward variance), read once the distill phase has run."""
+        be solvable, so GRPO groups on them can have reward variance), read once the distill phase has run;
+        with ``task_max_solution_chars``, only those whose shortest verified solution is at most that long."""
         if self._tasks is None:
             spec = self.config.problems.tasks
             if spec == COLDSTART_TASKS:
@@ -104,7 +105,15 @@ class Trainer:
         path = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / PROBLEMS_FILE
         if not path.exists():
             raise KzError(f'[problems] tasks = "coldstart" needs the distill phase\'s {path} (is cold_start on?)')
-        verified = {(r["level"], r["name"]) for r in read_jsonl(path) if self.language in r.get("languages", ())}
+        limit = self.config.problems.task_max_solution_chars
+        verified = {
+            (r["level"], r["name"])
+            for r in read_jsonl(path)
+            if self.language in r.get("languages", ())
+            and (not limit or r.get("solution_chars", {}).get(self.language, 0) <= limit)
+        }
+        if not verified:
+            raise KzError(f"no cold-start problem verified in {self.language} with a solution of <= {limit} characters")
         return [p for p in load_problems(str(path), pm=self.pm) if (p.level, p.name) in verified]
 
     # -- plumbing ---------------------------------------------------------------------------------
