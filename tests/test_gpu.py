@@ -119,6 +119,31 @@ def test_illegal_memory_access_replaces_the_worker(plugins, tmp_path):
     assert by_sample[1].status is Status.CORRECT, by_sample[1].message
 
 
+def test_an_idle_worker_gives_back_the_memory_a_large_problem_took(plugins, tmp_path):
+    """A worker keeps at most memory.KEEP_CACHED of the device cached between jobs (several workers and a
+    trainer share one GPU; on 2026-12-02 idle workers held 8-20 GB each and a training run ran out of memory)."""
+    import torch
+
+    from kzcore.evaluate.memory import KEEP_CACHED
+    from kzcore.executors.local import LocalPool
+
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "6_MulAdd"]  # 3 GiB of inputs at full size
+    candidates = load_solutions("builtin", problems, "triton")
+    free_before, _ = torch.cuda.mem_get_info()
+    pool = LocalPool(workers=1, config=EvalConfig(), plugins=["kz_triton"])
+    try:
+        pool.start()
+        idle, _ = torch.cuda.mem_get_info()
+        results = evaluate(problems, candidates, EvalConfig(), tmp_path / "r.jsonl", executor=pool, pm=pm)
+        assert results[0].status is Status.CORRECT, results[0].message
+        after, _ = torch.cuda.mem_get_info()
+        # the job needed several GiB (inputs, clones, outputs); the idle worker holds at most KEEP_CACHED more
+        assert idle - after <= KEEP_CACHED + (512 << 20), (free_before, idle, after)
+    finally:
+        pool.close()
+
+
 def test_several_workers_per_gpu_share_it_behind_the_lock(plugins, tmp_path):
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "2_GELU", "3_Sigmoid", "11_Softmax")]

@@ -38,3 +38,38 @@ def test_spans_tell_cached_memory_from_new_segments():
     spans = _Spans([segment(0x1000, [(0x100, "inactive")]), segment(0x5000, [(0x200, "inactive")])])
     assert 0x1000 in spans and 0x10FF in spans and 0x5100 in spans
     assert 0x1100 not in spans and 0x0FFF not in spans and 0x5200 not in spans and 0x9000 not in spans
+
+
+def test_a_worker_gives_back_cached_memory_over_its_keep_between_jobs(monkeypatch):
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from kzcore.evaluate import memory
+
+    released = []
+    reserved = {"bytes": 0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved["bytes"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(reserved["bytes"]))
+    reserved["bytes"] = memory.KEEP_CACHED  # small problems: the cache stays warm
+    assert memory.release_cache() is False and released == []
+    reserved["bytes"] = 20 << 30  # what idle workers held on the H200 after full-size problems
+    assert memory.release_cache() is True and released == [20 << 30]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # a worker that never touched the GPU
+    assert memory.release_cache() is False and released == [20 << 30]
+
+
+def test_the_worker_releases_the_cache_after_each_gpu_job_only():
+    import ast
+    from pathlib import Path
+
+    from kzcore.executors import worker
+
+    tree = ast.parse(Path(worker.__file__).read_text())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "worker_main")
+    loop = next(n for n in ast.walk(main) if isinstance(n, ast.While))
+    calls = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_release_cache"]
+    assert len(calls) == 1  # inside the job loop, after the result is sent
+    guard = next(n for n in ast.walk(loop) if isinstance(n, ast.If) and calls[0] in list(ast.walk(n)))
+    assert ast.unparse(guard.test) == "device == 'cuda'"

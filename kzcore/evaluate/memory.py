@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 
 SMALL_REQUEST_MAX = 1 << 20  # the allocator's small-pool limit (kSmallSize)
+KEEP_CACHED = 4 << 30  # between jobs a worker keeps at most this much device memory cached (``release_cache``)
 MIN_BLOCK = 512  # the allocator's rounding unit (kMinBlockSize)
 ROUNDS = 4  # snapshots; a round takes every block it sees, later rounds only split remainders
 POISON_BYTE = 0xFF
@@ -100,3 +101,19 @@ def poison_free_cache() -> int:
         torch.cuda.empty_cache()  # frees only wholly free segments: the poisoned ones are still held
     hold.clear()
     return filled
+
+
+def release_cache(keep: int = KEEP_CACHED) -> bool:
+    """Between jobs: give the caching allocator's free memory back to the device when it holds more than
+    ``keep`` bytes; returns whether it did. Several workers and a trainer share one GPU, and the allocator keeps
+    a process's peak: on an H200 four workers of one training run held 8-20 GB each while idle, and three runs
+    ran the card out of memory. Within a job nothing changes (the poison fills whatever is cached when the
+    candidate runs, after the reference has run), and a worker that evaluates small problems keeps its cache."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    if torch.cuda.memory_reserved() <= keep:
+        return False
+    torch.cuda.empty_cache()
+    return True

@@ -127,6 +127,15 @@ def _profiled(directory: str | None, n: int, job):
         profile.dump_stats(str(Path(directory) / f"{os.getpid()}-{n}-{name}.pstats"))
 
 
+def _release_cache() -> None:
+    """The device memory this worker cached beyond ``memory.KEEP_CACHED`` goes back between jobs (other workers
+    and the trainer share the GPU). A failure here is the next job's to meet, not this one's."""
+    from kzcore.evaluate import memory
+
+    with contextlib.suppress(Exception):
+        memory.release_cache()
+
+
 def _setup_torch(device: str, tf32: bool) -> dict:
     import torch
 
@@ -230,3 +239,5 @@ def worker_main(
         conn.send(("result", result, poisoned))
         if poisoned:
             return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
+        if device == "cuda":
+            _release_cache()
