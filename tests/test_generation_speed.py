@@ -15,14 +15,7 @@ from kzcore.policy import SamplingParams
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_hf_policy_decodes_with_the_kv_cache_and_without_cudnn_attention(tmp_path):

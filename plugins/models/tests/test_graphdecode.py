@@ -16,14 +16,7 @@ from kz_models import graphdecode  # noqa: E402
 from kz_models.graphdecode import StaticDecoder, fast_generate, sample, unsupported, verify  # noqa: E402
 
 EOS, PAD = 3, 0
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny(kind: str = "llama", **extra):
@@ -43,6 +36,16 @@ def tiny(kind: str = "llama", **extra):
     )  # fmt: skip
     settings.update(extra)
     return model_cls(config_cls(**settings)).eval()
+
+
+def recording(model, calls: list):
+    """transformers' generate on ``model``, noting each call's arguments in ``calls``."""
+
+    def original(**kwargs):
+        calls.append(kwargs)
+        return model.generate(**kwargs)
+
+    return original
 
 
 def left_padded(rows: int = 3, width: int = 11, seed: int = 1):
@@ -143,12 +146,7 @@ def test_fast_generate_decodes_what_it_implements_and_hands_on_the_rest(capsys):
     model = tiny()
     ids, mask = left_padded()
     calls = []
-
-    def original(**kwargs):
-        calls.append(kwargs)
-        return model.generate(**kwargs)
-
-    generate = fast_generate(model, original)
+    generate = fast_generate(model, recording(model, calls))
     config = transformers.GenerationConfig(max_new_tokens=12, do_sample=False, pad_token_id=PAD, eos_token_id=[EOS])
     out = generate(input_ids=ids, attention_mask=mask, generation_config=config, disable_compile=True)
     assert calls == []
@@ -167,14 +165,10 @@ def test_fast_generate_falls_back_for_good_and_says_so_when_the_decoder_fails(mo
     ids, mask = left_padded()
     calls = []
 
-    def original(**kwargs):
-        calls.append(kwargs)
-        return model.generate(**kwargs)
-
     def broken(self, *args, **kwargs):
         raise RuntimeError("capture failed\nsecond line")
 
-    generate = fast_generate(model, original)
+    generate = fast_generate(model, recording(model, calls))
     config = transformers.GenerationConfig(max_new_tokens=5, do_sample=False, pad_token_id=PAD)
     monkeypatch.setattr(StaticDecoder, "generate", broken)
     generate(input_ids=ids, attention_mask=mask, generation_config=config)

@@ -18,6 +18,7 @@ from kzcore.policy import Completion, PolicyError, SamplingParams, load_policy
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SENTENCES = [
     "def forward(self, x): return torch.relu(x)",
@@ -79,16 +80,6 @@ def build_model(vocab_size: int):
     with torch.no_grad():  # EOS logit 0 while the others spread widely: greedy decoding never ends early
         model.lm_head.weight[EOS].zero_()
     return model
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a loaded CPU oversubscribed threads make torch many
-    times slower (measured here: 25 s instead of 0.7 s for one test)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
