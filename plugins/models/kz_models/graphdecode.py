@@ -371,16 +371,16 @@ def verify(model: Any, *, steps: int = 6, seed: int = 0) -> str | None:
     return None
 
 
-def checked(model: Any) -> str | None:
-    """``unsupported`` then ``verify`` (an exception, such as a failed graph capture, counts as a failure);
-    prints the reason on stderr when the model will be decoded by transformers instead."""
+def checked(model: Any, announce: bool = True) -> str | None:
+    """``unsupported`` then ``verify`` (an exception, such as a failed graph capture, counts as a failure); with
+    ``announce``, prints the reason on stderr, since the model will then be decoded by transformers instead."""
     try:
         reason = unsupported(model) or verify(model)
     except Exception as exc:  # noqa: BLE001 - the decoder is an optimisation: any failure means "not here"
         reason = (
             f"the static decoder failed its check: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         )
-    if reason:
+    if reason and announce:
         print(f"kz: decoding through transformers' generate: {reason}", file=sys.stderr)
     return reason
 

@@ -4,9 +4,10 @@ Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16
 &decoder=auto|static|transformers]``
 where PATH is a checkpoint directory (``config.json`` + safetensors/bin weights + tokenizer) or a ``FILE.gguf`` (loaded by
 transformers, dequantized). ``decoder``: ``static`` decodes through a preallocated KV cache (each step a CUDA
-graph on a GPU; kz_models.graphdecode), ``transformers`` through ``generate``, ``auto`` (default) the static decoder
-on a GPU for the models it supports once it has matched the model's own forward, else ``generate``. The smollm2 backend builds one of these on the embedded model; the trainer can
-wrap its own in-memory model with ``HFPolicy(model, tokenizer)`` and push new weights with ``update_weights``.
+graph on a GPU; kz_models.graphdecode), ``transformers`` through ``generate``, ``auto`` (default) the static
+decoder on a GPU for the models it supports once it has matched the model's own forward, else ``generate``. The
+smollm2 backend builds one of these on the embedded model; the trainer can wrap its own in-memory model with
+``HFPolicy(model, tokenizer)`` and push new weights with ``update_weights``.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ class HFPolicy:
         CUDA device, when the model is supported and the decoder matched its forward (checked once)."""
         if self._static is None:
             if self.decoder == "static":
-                reason = checked(self.model)
+                reason = checked(self.model, announce=False)
                 if reason:
                     raise PolicyError(f"{self.name}: decoder=static: {reason}")
             self._static = self.decoder == "static" or (
