@@ -57,8 +57,13 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pm = plugins("kz_triton", "kz_models")
     cfg = config(tmp_path, tiny)
-    # the Coder's built-in share from the cold start's verified problems, as configs/gpu-small.toml does
-    cfg = attrs.evolve(cfg, problems=attrs.evolve(cfg.problems, tasks="coldstart"))
+    # as configs/gpu-small.toml does: the Coder's built-in share from the cold start's verified problems with
+    # short solutions, and GRPO with gradient checkpointing
+    cfg = attrs.evolve(
+        cfg,
+        problems=attrs.evolve(cfg.problems, tasks="coldstart", task_max_solution_chars=1500),
+        coder=attrs.evolve(cfg.coder, gradient_checkpointing=True),
+    )
     state = Trainer(cfg, pm=pm, log=lambda s: None).run()
     run = tmp_path / "run"
     assert state["done"] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
@@ -84,7 +89,8 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     sft_rows = [json.loads(x) for x in (run / "phases" / "00-distill" / "sft.jsonl").read_text().splitlines()]
     assert "1_ReLU" not in {r["problem"] for r in sft_rows}
     trained_on = [json.loads(x)["problem"] for x in (run / "phases" / "01-coder" / "model" / "tasks.jsonl").read_text().splitlines()]  # fmt: skip
-    assert trained_on and set(trained_on) <= {r["problem"] for r in sft_rows}
+    short = {r["problem"] for r in sft_rows if len(r["completion"][-1]["content"]) <= 1500}
+    assert trained_on and set(trained_on) <= short
 
 
 def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
