@@ -60,6 +60,9 @@ def _specs(value) -> tuple[str, ...]:
     return tuple(value)
 
 
+COLDSTART_TASKS = "coldstart"  # [problems] tasks: the cold start's verified problems
+
+
 @attrs.frozen
 class ProblemsSection:
     coldstart: str = "builtin"  # problems the teacher solves for distillation

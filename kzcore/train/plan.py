@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kzcore.errors import KzError
-from kzcore.train.config import TrainConfig
+from kzcore.train.config import COLDSTART_TASKS, TrainConfig
 from kzcore.train.schedule import phase_id
 
 
@@ -119,7 +119,7 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             "coldstart": _problems([config.problems.coldstart], pm),
             "tasks": (
                 {"coldstart": "the cold start's verified problems (known after the distill phase)"}
-                if config.problems.tasks == "coldstart"
+                if config.problems.tasks == COLDSTART_TASKS
                 else _problems([config.problems.tasks], pm)
             ),
             "heldout": _problems(config.problems.heldout, pm),

@@ -27,14 +27,13 @@ from kzcore.progress import Progress
 from kzcore.prompts import build_prompt
 from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
-from kzcore.train.config import TrainConfig
+from kzcore.train.config import COLDSTART_TASKS, TrainConfig
 from kzcore.train.distill import PROBLEMS_FILE, distill
 from kzcore.train.schedule import phase_id, read_state, run_schedule
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
 TASK_RATES = "task_rates.jsonl"
-COLDSTART_TASKS = "coldstart"  # [problems] tasks: the cold start's verified problems
 
 
 def resolve_checkpoint(spec: str, pm=None) -> str:

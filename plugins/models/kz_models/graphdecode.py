@@ -214,11 +214,7 @@ class StaticDecoder:
         graph = device.type == "cuda" if graph is None else graph
         batch, prompt = ids.shape
         with torch.no_grad():
-            state = _StepState.allocate(self, batch, prompt + max_new_tokens, device)
-            step = self._captured(state) if graph else functools.partial(self.step, state)
-            with decoding_attention():
-                logits = self.prefill(ids, mask, state.keys, state.values)
-            state.start(mask, prompt)
+            state, step, logits = self.begin(ids, mask, max_new_tokens, graph)
             eos = torch.tensor(sorted(set(eos_ids)) or [-1], device=device)
             out = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
             chosen_lp = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None
@@ -239,6 +235,16 @@ class StaticDecoder:
                 if steps % check_every == 0 and bool(done.all()):
                     break
             return out[:, :steps].clone(), (chosen_lp[:, :steps].clone() if chosen_lp is not None else None)
+
+    def begin(self, ids, mask, max_new_tokens: int, graph: bool):
+        """(buffers for the prompt plus ``max_new_tokens``, the step function on them — a CUDA graph's replay
+        with ``graph`` —, the prompt's last logits) with the prompt run and every buffer at its start."""
+        state = _StepState.allocate(self, ids.shape[0], ids.shape[1] + max_new_tokens, ids.device)
+        step = self._captured(state) if graph else functools.partial(self.step, state)
+        with decoding_attention():
+            logits = self.prefill(ids, mask, state.keys, state.values)
+        state.start(mask, ids.shape[1])
+        return state, step, logits
 
     def _captured(self, state: _StepState) -> Callable[[], None]:
         """``step`` captured as a CUDA graph on ``state``'s buffers (run once first, as capture requires;
@@ -329,11 +335,8 @@ def agreement(model: Any, *, steps: int = 6, seed: int = 0) -> tuple[float, floa
     mask[1, :3] = 0  # one row left-padded
     decoder = StaticDecoder(model)
     with torch.no_grad():
-        state = _StepState.allocate(decoder, 2, 12 + steps, device)
-        step = decoder._captured(state) if device.type == "cuda" else functools.partial(decoder.step, state)
-        with decoding_attention():
-            mine = [decoder.prefill(ids, mask, state.keys, state.values)]
-        state.start(mask, 12)
+        state, step, first = decoder.begin(ids, mask, steps, graph=device.type == "cuda")
+        mine = [first]
         for _ in range(steps - 1):
             state.token.copy_(mine[-1].argmax(-1))
             step()
