@@ -592,6 +592,36 @@ def test_prompt_names_the_apis_rules_and_builtin_examples():
     assert prompt_hash(chat) != prompt_hash(build_proposer_prompt([cat.get("Conv3d")], chosen))
 
 
+def test_cold_start_rows_answer_each_modules_own_api_set_and_never_show_it():
+    """The Proposer's cold start: each module is the answer to the Proposer prompt for the APIs it uses; the
+    prompt's examples are never the module itself or the suite problem it is a variant of, and the answer is
+    what the Proposer's extraction and AST gate accept for that request. A module that fails the gate makes
+    no row, and is counted."""
+    from kzcore.proposer.prompt import cold_start_rows
+    from kzcore.types import Problem
+
+    cat = builtin_catalog()
+    examples = load_examples(cat)
+    suite = {p.name: p for p in load_problems("builtin:1")}
+    variant = Problem(name="24_Conv2d__v3", source=suite["24_Conv2d"].source.replace("64", "32"), level=1)
+    broken = Problem(name="bad", source="import os\n" + suite["19_Matmul"].source, level=1)
+    rows, counts = cold_start_rows([suite["24_Conv2d"], variant, suite["19_Matmul"], broken], cat, examples)
+    assert counts == {"rows": 3, "no_catalog_api": 0, "fails_ast_gate": 1}
+    assert [r["problem"] for r in rows] == ["24_Conv2d", "24_Conv2d__v3", "19_Matmul"]
+    for row, problem in zip(rows, [suite["24_Conv2d"], variant, suite["19_Matmul"]]):
+        user = row["prompt"][1]["content"]
+        assert row["apis"] == list(check_ast(problem.source, [], cat).apis_used)
+        assert user.startswith(f"Write a new problem module that uses exactly these {len(row['apis'])} PyTorch")
+        origin = suite[problem.name.split("__v")[0]]
+        assert origin.source.strip() not in user and "Examples of the format" in user
+        answer = row["completion"][0]["content"]
+        assert check_ast(extract_module(answer), row["apis"], cat).ok
+    assert (
+        "27_Conv2dStride2" in {p.name for p, _ in examples}
+        and suite["27_Conv2dStride2"].source.strip() in (rows[0]["prompt"][1]["content"])
+    )  # another Conv2d problem is still shown
+
+
 def test_extract_module():
     assert extract_module(f"Here:\n```python\n{VALID}```\nDone.") == VALID
     two = f"```python\nclass Model:\n    pass\n```\n```python\n{VALID_RENAMED}```"

@@ -9,6 +9,7 @@ import json
 import attrs
 import pytest
 
+from kzcore.errors import KzError
 from kzcore.train.ca_grpo import CAGRPOConfig
 from kzcore.train.coder import GRPOSettings
 from kzcore.train.config import (
@@ -58,22 +59,30 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     pm = plugins("kz_triton", "kz_models")
     cfg = config(tmp_path, tiny)
     # as configs/gpu-small.toml does: the Coder's built-in share from the cold start's verified problems with
-    # short solutions, and GRPO with gradient checkpointing
+    # short solutions, GRPO with gradient checkpointing, and a Proposer model of its own with a cold start
     cfg = attrs.evolve(
         cfg,
+        models=attrs.evolve(cfg.models, proposer=str(tiny)),
         problems=attrs.evolve(cfg.problems, tasks="coldstart", task_max_solution_chars=1500),
         coder=attrs.evolve(cfg.coder, gradient_checkpointing=True),
+        proposer=attrs.evolve(cfg.proposer, cold_start_steps=1),
     )
     state = Trainer(cfg, pm=pm, log=lambda s: None).run()
     run = tmp_path / "run"
     assert state["done"] == ["00-distill", "00-sft", "01-proposer", "01-coder"]
     distilled = state["metrics"]["00-distill"]
     assert distilled["kept"] == distilled["correct"] == distilled["candidates"] == 26  # 27 minus held-out ReLU
-    # keep_checkpoints = "last-best": the newest model (01-coder, both roles here) and the best by held-out
-    # pass@1 (all 0 on a tiny model: the earliest, 00-sft) stay; 01-proposer's weights are gone, its logs stay
-    for pid in ("00-sft", "01-coder"):
+    # the Proposer's cold start: a row per verified cold-start module (held-out ReLU not among them)
+    sft = state["metrics"]["00-sft"]
+    assert sft["proposer_sft_rows"] == 26 and sft["proposer_sft_steps"] == 1
+    proposer_rows = [json.loads(x) for x in (run / "phases" / "00-sft" / "proposer-sft.jsonl").read_text().splitlines()]
+    assert "1_ReLU" not in {r["problem"] for r in proposer_rows}
+    # keep_checkpoints = "last-best": the newest model of each role (01-coder, 01-proposer) and the best by
+    # held-out pass@1 (all 0 on a tiny model: the earliest, 00-sft) stay; the cold start's Proposer, which
+    # 01-proposer started from, is pruned, its logs stay
+    for pid in ("00-sft", "01-coder", "01-proposer"):
         assert (run / "phases" / pid / "model" / "model.safetensors").exists(), pid
-    pruned = run / "phases" / "01-proposer" / "model"
+    pruned = run / "phases" / "00-sft" / "proposer"
     assert not (pruned / "model.safetensors").exists() and (pruned / "config.json.pruned").exists()
     assert (run / "phases" / "01-proposer" / "rewards.jsonl").exists()
     pool = [json.loads(x) for x in (run / "pool.jsonl").read_text().splitlines()]
@@ -103,6 +112,21 @@ def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
     (model / "config.json").write_text("{}")
     (tmp_path / "run" / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {}}))
     assert trainer.latest_checkpoint("coder") == trainer.latest_checkpoint("proposer") == str(model)
+    # a Proposer of its own: the base until the cold start trains one (PHASE/proposer), then that
+    own = Trainer(attrs.evolve(cfg, models=attrs.evolve(cfg.models, proposer=str(tiny))), pm=pm, log=lambda s: None)
+    assert own.latest_checkpoint("coder") == str(model) and own.latest_checkpoint("proposer") == str(tiny)
+    cold = tmp_path / "run" / "phases" / "00-sft" / "proposer"
+    cold.mkdir()
+    (cold / "config.json").write_text("{}")
+    assert own.latest_checkpoint("proposer") == str(cold) and own.latest_checkpoint("coder") == str(model)
+
+
+def test_a_proposer_cold_start_needs_the_proposers_own_model(plugins, tmp_path, tiny):
+    pm = plugins("kz_triton", "kz_models")
+    cfg = config(tmp_path, tiny)
+    cfg = attrs.evolve(cfg, proposer=attrs.evolve(cfg.proposer, cold_start_steps=5))
+    with pytest.raises(KzError, match="cold_start_steps trains the Proposer's own model"):
+        Trainer(cfg, pm=pm, log=lambda s: None)
 
 
 @pytest.mark.slow

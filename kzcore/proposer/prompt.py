@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from kzcore.policy import Chat
 from kzcore.problems import load_problems
 from kzcore.proposer.catalog import Catalog, TorchApi
-from kzcore.proposer.gates import apis_used
+from kzcore.proposer.gates import apis_used, check_ast
 from kzcore.types import Problem
 
 EXAMPLE_SUITES = ("builtin:1", "builtin:2")
@@ -88,3 +88,45 @@ def build_proposer_prompt(apis: Sequence[TorchApi], examples: Sequence[Problem] 
 def prompt_hash(chat: Chat) -> str:
     """A short stable fingerprint of a chat, recorded in the task's provenance."""
     return hashlib.sha256(json.dumps(chat, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cold_start_rows(
+    problems: Sequence[Problem],
+    catalog: Catalog,
+    examples: Sequence[tuple[Problem, set[str]]],
+    seed: int = 0,
+    count: int = 2,
+) -> tuple[list[dict], dict[str, int]]:
+    """SFT rows for the Proposer's cold start: for each problem module, the Proposer prompt for the catalog
+    APIs it uses (with ``count`` examples, never the problem itself or the suite problem it is a variant of)
+    and the module, fenced, as the answer -- the prompt and reply format a Proposer must produce before its
+    frontier reward can pay anything. Only modules that pass the Proposer's own AST gate for their API set
+    become rows; the second value counts the rows and why the others were left out."""
+    import ast
+
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    skipped = {"no_catalog_api": 0, "fails_ast_gate": 0}
+    for problem in problems:
+        try:
+            apis = apis_used(ast.parse(problem.source), catalog)
+        except SyntaxError:
+            apis = ()
+        if not apis:
+            skipped["no_catalog_api"] += 1
+            continue
+        if not check_ast(problem.source, apis, catalog).ok:
+            skipped["fails_ast_gate"] += 1
+            continue
+        own = {problem.name, problem.name.split("__v", 1)[0]}
+        shown = choose_examples([e for e in examples if e[0].name not in own], apis, rng, count)
+        rows.append(
+            {
+                "prompt": build_proposer_prompt([catalog.get(a) for a in apis], shown),
+                "completion": [{"role": "assistant", "content": f"```python\n{problem.source.strip()}\n```"}],
+                "problem": problem.name,
+                "level": problem.level,
+                "apis": list(apis),
+            }
+        )
+    return rows, {"rows": len(rows), **skipped}

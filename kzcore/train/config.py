@@ -100,6 +100,10 @@ class ProposerSection:
     shape: str = "tent"
     at_edges: float = 0.0
     gate_penalty: float = -1.0
+    # SFT steps for the Proposer in the cold start ([sft] settings otherwise): the cold start's problem modules
+    # (built-in and verified variants, held-out ones excluded) as answers to the Proposer prompt for their own
+    # API sets. 0: none. Needs the Proposer's own model ([models] proposer other than "same").
+    cold_start_steps: int = 0
 
 
 @attrs.frozen

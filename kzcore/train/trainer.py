@@ -34,6 +34,7 @@ from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
 TASK_RATES = "task_rates.jsonl"
+PROPOSER_COLD_START = "proposer"  # the SFT phase's Proposer model, beside its Coder model
 
 
 def resolve_checkpoint(spec: str, pm=None) -> str:
@@ -78,6 +79,11 @@ class Trainer:
         self._held = held
         self._tasks: list[Problem] | None = None
         self.base = resolve_checkpoint(config.models.coder, self.pm)
+        if config.proposer.cold_start_steps and config.models.proposer == "same":
+            raise KzError(
+                "[proposer] cold_start_steps trains the Proposer's own model: set [models] proposer (e.g. to the "
+                'coder\'s spec) instead of "same", or cold_start_steps = 0'
+            )
         same = config.models.proposer in ("same", config.models.coder)  # one spec: resolve (load) it once
         self.proposer_base = self.base if same else resolve_checkpoint(config.models.proposer, self.pm)
 
@@ -142,6 +148,9 @@ class Trainer:
             model = self.run_dir / "phases" / pid / "model"
             if pid.split("-", 1)[1] in roles and (model / "config.json").exists():
                 return str(model)
+            cold_start = self.run_dir / "phases" / pid / PROPOSER_COLD_START
+            if role == "proposer" and not shared and (cold_start / "config.json").exists():
+                return str(cold_start)
         return self.base if role == "coder" or shared else self.proposer_base
 
     def policy_for(self, checkpoint: str | Path):
@@ -180,7 +189,34 @@ class Trainer:
         if self.config.heldout.base:
             base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
         metrics = run_sft(self.base, data, phase_dir / "model", self.config.sft)
+        if self.config.proposer.cold_start_steps:
+            metrics.update(self.proposer_cold_start(phase_dir))
         return {**base, **metrics, **self.evaluate_heldout(phase, phase_dir / "model")}
+
+    def proposer_cold_start(self, phase_dir: Path) -> dict:
+        """The Proposer's cold start (``[proposer] cold_start_steps``): SFT of the Proposer's base on the cold
+        start's problem modules, each the answer to the Proposer prompt for its own API set; the model goes to
+        ``PHASE/proposer`` (the Proposer phases start from it). Metrics are prefixed ``proposer_sft_``."""
+        from kzcore.proposer.catalog import load_catalog
+        from kzcore.proposer.prompt import cold_start_rows, load_examples
+
+        verified = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / PROBLEMS_FILE
+        problems = load_problems(str(verified), pm=self.pm) if verified.exists() else self.coldstart
+        problems = [p for p in problems if (p.level, p.name) not in self._held]
+        catalog = load_catalog()
+        rows, counts = cold_start_rows(problems, catalog, load_examples(catalog, pm=self.pm), seed=self.config.run.seed)
+        if not rows:
+            raise KzError(
+                f"[proposer] cold_start_steps: none of {len(problems)} cold-start problems makes a Proposer row {counts}"
+            )
+        data = phase_dir / "proposer-sft.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        settings = attrs.evolve(self.config.sft, max_steps=self.config.proposer.cold_start_steps)
+        self.log(
+            f"proposer cold start: {counts['rows']} rows from {len(problems)} problems, {settings.max_steps} SFT steps"
+        )
+        metrics = run_sft(self.proposer_base, data, phase_dir / PROPOSER_COLD_START, settings)
+        return {f"proposer_sft_{k}": v for k, v in {**metrics, **counts}.items()}
 
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
         settings = attrs.evolve(self.config.coder, max_steps=phase.steps)
@@ -356,13 +392,14 @@ class Trainer:
             keep.add(str(self.run_dir / "phases" / best / "model"))
         deleted = []
         for pid in read_state(self.run_dir)["done"]:
-            model = self.run_dir / "phases" / pid / "model"
-            if (model / "config.json").exists() and str(model) not in keep:
-                for item in model.iterdir():  # logs beside the weights stay
-                    if item.suffix in (".safetensors", ".bin", ".pt") or item.name.startswith("checkpoint-"):
-                        shutil.rmtree(item) if item.is_dir() else item.unlink()
-                (model / "config.json").rename(model / "config.json.pruned")
-                deleted.append(pid)
+            for name in ("model", PROPOSER_COLD_START):
+                model = self.run_dir / "phases" / pid / name
+                if (model / "config.json").exists() and str(model) not in keep:
+                    for item in model.iterdir():  # logs beside the weights stay
+                        if item.suffix in (".safetensors", ".bin", ".pt") or item.name.startswith("checkpoint-"):
+                            shutil.rmtree(item) if item.is_dir() else item.unlink()
+                    (model / "config.json").rename(model / "config.json.pruned")
+                    deleted.append(pid if name == "model" else f"{pid}/{name}")
         return deleted
 
     # -- driver -----------------------------------------------------------------------------------
