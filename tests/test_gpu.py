@@ -265,9 +265,11 @@ def test_time_cuda_agrees_with_triton_do_bench_and_with_itself():
     assert abs(same.speedup - 1.0) <= 0.02, same
     ours, theirs = time_cuda(big, big, config).ref_ms, do_bench(big, return_mode="median")
     assert abs(ours / theirs - 1.0) <= 0.05, (ours, theirs)
-    # a ~10 us kernel: the launch is hidden as under CUDA-graph replay, not added as with a sync per call
+    # a ~17 us kernel: the launch is hidden as under CUDA-graph replay, not added as with a sync per call. A
+    # timed launch would add >= 5 us (a sync per call 10-15 us); the events themselves may differ from graph
+    # replay by ~2 us (measured on an H200 2026-12-02: 19.1 vs 17.0 us), so the bound is 10 % or 3 us
     with torch.cuda.stream(torch.cuda.Stream()):  # graphs capture on a side stream
         replayed = do_bench_cudagraph(tiny, return_mode="median")
     warm = attrs.evolve(config, flush_l2=False)  # graph replay does not flush L2 either
     ours = time_cuda(tiny, tiny, warm).ref_ms
-    assert abs(ours / replayed - 1.0) <= 0.10, (ours, replayed)
+    assert abs(ours - replayed) <= max(0.10 * replayed, 0.003), (ours, replayed)

@@ -236,8 +236,8 @@ def worker_main(
             strays = slate.restore()  # before reporting: a death while restoring is charged to this job
         if strays:
             result = _left_processes(result, strays)
+        if device == "cuda" and not poisoned:
+            _release_cache()  # before reporting: when a result arrives, the worker's memory is already back
         conn.send(("result", result, poisoned))
         if poisoned:
             return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
-        if device == "cuda":
-            _release_cache()
