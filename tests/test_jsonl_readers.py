@@ -167,7 +167,9 @@ def test_coder_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, cap
     metrics = coder.run_coder_phase(
         "m", [relu], "triton", out, coder.GRPOSettings(), None, EvalConfig(), prompt_for=prompt
     )
-    assert metrics == {"steps": 2, "correct_rate": 0.5, "frac_groups_zero_std": 0.25, "eval_seconds": 3.0}
+    assert metrics == {
+        "steps": 2, "correct_rate": 0.5, "frac_groups_zero_std": 0.25, "eval_seconds": 3.0, "between_calls_seconds": 0
+    }  # fmt: skip
     assert warned_torn(caplog, out / "rewards.jsonl", 3)
 
 

@@ -4,6 +4,7 @@ with TRL runs end to end on a tiny model, logging reward statistics and saving t
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -46,6 +47,11 @@ def test_reward_function_pays_per_group(pool, problems, tmp_path):
     (row,) = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert row["statuses"] == {"correct": 1, "format_error": 3}
     assert sorted(row["group_correct_rates"]) == [0.0, 0.5] and row["reward_mean"] == 0.25
+    assert row["between_calls_seconds"] is None  # nothing came before the first call
+    time.sleep(0.05)  # the trainer's generation and update between two reward calls
+    reward(prompts=[[]] * 2, completions=[bad, bad], problem=["1_ReLU"] * 2, level=[1, 1])
+    second = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[1])
+    assert second["between_calls_seconds"] >= 0.05 and second["call"] == 1
 
 
 @pytest.mark.slow

@@ -10,18 +10,17 @@ Writes REPORT.json and REPORT.png; prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
 from pathlib import Path
 
+from kzcore.jsonl import read_jsonl
+
 PHASE_KEYS = ("seconds", "train_seconds", "eval_seconds", "steps", "reward_mean", "reward_std", "correct_rate",
               "frac_reward_zero_std", "frac_groups_zero_std", "accepted", "proposed", "kept", "examples",
-              "loss_first", "loss_last", "task_sources", "tasks_measured", "variants")  # fmt: skip
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+              "loss_first", "loss_last", "task_sources", "tasks_measured", "variants", "between_calls_seconds")  # fmt: skip
 
 
 def run_summary(run_dir: Path) -> dict:
@@ -38,8 +37,12 @@ def run_summary(run_dir: Path) -> dict:
                 {k: r[k] for k in ("correct_rate", "reward_mean", "reward_std", "frac_groups_zero_std", "statuses")}
                 for r in rows
             ]
+    train_statuses = {  # the verdicts of every training rollout of each Coder phase
+        pid: dict(sum((collections.Counter(r["statuses"]) for r in rows), collections.Counter()))
+        for pid, rows in coder_calls.items()
+    }
     return {"done": state["done"], "phases": phases, "heldout": heldout, "coder_calls": coder_calls,
-            "forked_from": state.get("forked_from")}  # fmt: skip
+            "train_statuses": train_statuses, "forked_from": state.get("forked_from")}  # fmt: skip
 
 
 def spread(values: list[float]) -> dict:
@@ -87,20 +90,25 @@ def plot(runs: dict[str, dict], languages: list[str], path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(languages) + 1, figsize=(5 * (len(languages) + 1), 3.8))
     markers = "osD^v"
+    # one x position per phase name over all runs (a run that skipped a phase, e.g. the base model's
+    # evaluation in a forked seed, leaves a gap instead of shifting its points)
+    order = list(dict.fromkeys(p for run in runs.values() for p in run["heldout"]))
+    order.sort(key=lambda p: (p != "00-base", p))
     for j, (name, run) in enumerate(runs.items()):
-        phases = list(run["heldout"])
         for ax, lang in zip(axes, languages):
-            ys = [run["heldout"][p].get(f"heldout_{lang}_pass@1") for p in phases]
-            ax.plot(range(len(phases)), ys, marker=markers[j % 5], ms=8 - 1.5 * j, alpha=0.85, label=name)
-            ax.set_xticks(range(len(phases)), phases, rotation=30, ha="right")
-            ax.set_title(f"held-out pass@1, {lang}")
-            ax.set_ylim(-0.02, max(0.2, ax.get_ylim()[1]))
+            pts = [(order.index(p), row.get(f"heldout_{lang}_pass@1")) for p, row in run["heldout"].items()]
+            pts = sorted((x, y) for x, y in pts if y is not None)
+            ax.plot(*zip(*pts), marker=markers[j % 5], ms=8 - 1.5 * j, alpha=0.85, label=name)
         steps = [(pid, r["correct_rate"]) for pid, rows in run["coder_calls"].items() for r in rows]
         if steps:
             axes[-1].plot(range(1, len(steps) + 1), [v for _, v in steps], marker=markers[j % 5], ms=4, label=name)
             for k in range(1, len(steps)):  # phase boundaries
                 if steps[k][0] != steps[k - 1][0]:
                     axes[-1].axvline(k + 0.5, color="grey", lw=0.6, ls=":")
+    for ax, lang in zip(axes, languages):
+        ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
+        ax.set_title(f"held-out pass@1, {lang}")
+        ax.set_ylim(-0.02, max(0.2, ax.get_ylim()[1] * 1.05))
     axes[-1].set_title("training-problem pass@1 per GRPO step")
     axes[-1].set_xlabel("Coder GRPO step (dotted: next phase)")
     for ax in axes:

@@ -63,6 +63,7 @@ class CoderReward:
         self.language, self.pool, self.eval_config, self.ca_config = language, pool, eval_config, ca_config
         self.log_path = log_path
         self.calls = 0
+        self._ended: float | None = None  # perf_counter() when the previous call returned
         self.tally: dict[str, list[int]] = {}
 
     def __call__(
@@ -87,8 +88,11 @@ class CoderReward:
         keys = dict(zip(task_id, (f"{r.level}/{r.problem}" for r in results)))
         self._tally(everything, _gather_keys(keys))
         eval_s = time.perf_counter() - t0
-        self._log(results, verdicts, rewards, eval_s, trainer_state, log_metric)
+        # since the previous call ended: this step's generation and the previous step's update (TRL's share)
+        between_s = None if self._ended is None else t0 - self._ended
+        self._log(results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric)
         self.calls += 1
+        self._ended = time.perf_counter()
         return rewards
 
     def _tally(self, verdicts: list[Verdict], task_keys: dict[str, str]) -> None:
@@ -98,7 +102,7 @@ class CoderReward:
             counts[0] += v.correct
             counts[1] += 1
 
-    def _log(self, results, verdicts, rewards, eval_s, trainer_state, log_metric) -> None:
+    def _log(self, results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric) -> None:
         groups = collections.defaultdict(list)
         for v, r in zip(verdicts, rewards):
             groups[v.group].append((v.correct, r))
@@ -115,6 +119,7 @@ class CoderReward:
             "statuses": dict(collections.Counter(r.status.value for r in results)),
             "speedup_geomean": statistics.geometric_mean(speedups) if speedups else None,
             "eval_seconds": round(eval_s, 3),
+            "between_calls_seconds": None if between_s is None else round(between_s, 3),
         }
         with self.log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -250,4 +255,6 @@ def run_coder_phase(
     metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0
     metrics["frac_groups_zero_std"] = statistics.fmean(r["frac_groups_zero_std"] for r in rows) if rows else 1.0
     metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)
+    between = [r["between_calls_seconds"] for r in rows if r.get("between_calls_seconds") is not None]
+    metrics["between_calls_seconds"] = round(sum(between), 3)  # generation + updates, after the first call
     return metrics

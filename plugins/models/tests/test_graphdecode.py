@@ -235,8 +235,10 @@ def test_graph_replay_matches_the_eager_step_and_the_model(dtype):
     assert verify(model) is None
     ids, mask = left_padded()
     ids, mask = ids.cuda(), mask.cuda()
-    eager, _ = StaticDecoder(model).generate(ids, mask, 32, pad_id=PAD, graph=False)
-    replayed, _ = StaticDecoder(model).generate(ids, mask, 32, pad_id=PAD, graph=True)
+    # EOS as transformers' generate stops on it (the model's generation config); without it (2026-12-02, H200)
+    # the decoder rightly went on past a row's EOS and the comparison failed on the test, not the decoder
+    eager, _ = StaticDecoder(model).generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=False)
+    replayed, _ = StaticDecoder(model).generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=True)
     assert torch.equal(eager, replayed)
     if dtype == "float32":
         expected = model.generate(
