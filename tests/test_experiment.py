@@ -68,3 +68,34 @@ def test_quick_run_of_both_variants_on_a_tiny_model(tmp_path):
     ]
     assert not {r["problem"] for r in sft_rows} & set(HELDOUT)
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_gpu_report_aligns_phases_sums_training_verdicts_and_shows_the_probe(tmp_path, capsys, monkeypatch):
+    """experiments/learning_signal/report.py on two synthetic runs: one forked without a base evaluation
+    (its points keep their phase positions), one with a training probe; each Coder phase's training verdicts
+    summed over its steps; the probe gets its own column and panel."""
+    from experiments.learning_signal import report
+
+    def run(name: str, heldout: list[dict], rewards: list[dict]) -> Path:
+        d = tmp_path / name
+        (d / "phases" / "01-coder" / "model").mkdir(parents=True)
+        metrics = {"01-coder": {"correct_rate": 0.25, "frac_reward_zero_std": 0.5, "seconds": 9.0}}
+        (d / "state.json").write_text(json.dumps({"done": ["00-sft", "01-coder"], "metrics": metrics}))
+        (d / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in heldout))
+        rows = "".join(json.dumps(r) + "\n" for r in rewards)
+        (d / "phases" / "01-coder" / "model" / "rewards.jsonl").write_text(rows)
+        return d
+
+    step = {"correct_rate": 0.5, "reward_mean": 0.5, "reward_std": 0.5, "frac_groups_zero_std": 0.5}
+    rewards = [{**step, "statuses": {"correct": 1, "incorrect": 1}}, {**step, "statuses": {"correct": 2}}]
+    s0 = run("s0", [{"phase": p, "heldout_cuda_pass@1": v} for p, v in [("00-base", 0), ("00-sft", 0.1), ("01-coder", 0.2)]], rewards)  # fmt: skip
+    s1 = run("s1", [{"phase": p, "heldout_cuda_pass@1": v, "probe_cuda_pass@1": 2 * v} for p, v in [("00-sft", 0.1), ("01-coder", 0.3)]], rewards)  # fmt: skip
+    out = tmp_path / "rep" / "report"
+    monkeypatch.setattr(sys, "argv", ["report.py", "--out", str(out), "--languages", "cuda", f"full-s0={s0}", f"full-s1={s1}"])  # fmt: skip
+    assert report.main() == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["runs"]["full-s1"]["train_statuses"] == {"01-coder": {"correct": 3, "incorrect": 1}}
+    assert data["heldout_pass@1"]["cuda"]["full"]["01-coder"] == {"mean": 0.25, "min": 0.2, "max": 0.3, "n": 2}
+    table = capsys.readouterr().out
+    assert "| probe pass@1 |" in table and "| full-s1 | 01-coder | 0.300 / – / – |  | 0.600 | 0.250 |" in table
+    assert out.with_suffix(".png").stat().st_size > 0

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from kzcore.progress import Progress
+from kzcore.train.curves import curves_figure, plot_curves
 from kzcore.train.schedule import Schedule, run_schedule
-from kzcore.train.trainer import curves_figure, plot_curves
 
 
 def test_progress_lines_at_start_throttled_and_at_end(monkeypatch):

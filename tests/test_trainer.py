@@ -178,3 +178,38 @@ def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, 
     assert len(heldout) == 2  # the SFT model's n = 2 samples of 1_ReLU; none from the base model
     assert not [k for k in state["metrics"]["00-sft"] if k.startswith("base_")]
     assert "heldout_pass@1" in state["metrics"]["00-sft"]
+
+
+@pytest.mark.slow
+def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins, tmp_path, tiny, monkeypatch):
+    """``[heldout] probe = N``: at every held-out evaluation, N training problems (never held-out ones) are
+    sampled and scored too, in the first language, under ``probe_`` keys and ``probe-`` files; which N is fixed
+    by the config, not the run's seed, so seeds and ablations share one training-side curve."""
+    from tests import fakes_hooks
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    cfg = config(tmp_path, tiny)
+    cfg = attrs.evolve(
+        cfg,
+        plugins=attrs.evolve(cfg.plugins, executor="inline"),
+        schedule=Schedule(rounds=0, cold_start=True),
+        heldout=attrs.evolve(cfg.heldout, base=False, probe=2),
+    )
+    trainer = Trainer(cfg, pm=pm, log=lambda s: None)
+    probe = {p.name for p in trainer.probe_problems()}
+    other_seed = Trainer(attrs.evolve(cfg, run=attrs.evolve(cfg.run, seed=7)), pm=pm, log=lambda s: None)
+    assert len(probe) == 2 and probe == {p.name for p in other_seed.probe_problems()} and "1_ReLU" not in probe
+    state = trainer.run()
+    sft = state["metrics"]["00-sft"]
+    assert "probe_triton_pass@1" in sft and sum(sft["probe_triton_statuses"].values()) == 2 * 2  # 2 problems, n 2
+    assert "heldout_pass@1" in sft and not any(k.startswith("probe_") and "cuda" in k for k in sft)
+    out = tmp_path / "run" / "heldout" / "00-sft"
+    rows = [json.loads(x) for x in (out / "probe-results-triton.jsonl").read_text().splitlines()]
+    scored = {r["problem"] for r in rows if r.get("type") != "run"}  # the first line is the run's header
+    assert scored == probe and (out / "results-triton.jsonl").exists()
+    (executor,) = fakes_hooks.InlineExecutor.instances
+    sampled = {j.problem.name for j in executor.jobs if hasattr(j, "candidate") and j.candidate.completion}
+    assert sampled == probe | {"1_ReLU"}

@@ -64,8 +64,8 @@ def aggregate(runs: dict[str, dict], metric: str) -> dict:
 
 def markdown(runs: dict[str, dict], languages: list[str]) -> str:
     lines = ["| run | phase | " + " | ".join(f"{lang} pass@1 / pass@10 / fast_1" for lang in languages)
-             + " | verdicts (first language) | train pass@1 | reward | frac_reward_zero_std | seconds |",
-             "|" + " --- |" * (len(languages) + 7)]  # fmt: skip
+             + " | verdicts (first language) | probe pass@1 | train pass@1 | reward | frac_reward_zero_std | seconds |",
+             "|" + " --- |" * (len(languages) + 8)]  # fmt: skip
     for name, run in runs.items():
         for phase, row in run["heldout"].items():
             cells = []
@@ -77,7 +77,8 @@ def markdown(runs: dict[str, dict], languages: list[str]) -> str:
             m = run["phases"].get(phase, {})
             fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
             lines.append(f"| {name} | {phase} | " + " | ".join(cells)
-                         + f" | {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))} | {fmt(m.get('correct_rate'))}"
+                         + f" | {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}"
+                         + f" | {fmt(row.get(f'probe_{languages[0]}_pass@1'))} | {fmt(m.get('correct_rate'))}"
                          + f" | {fmt(m.get('reward_mean'))} | {fmt(m.get('frac_reward_zero_std'))} | {m.get('seconds', '–')} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -88,26 +89,32 @@ def plot(runs: dict[str, dict], languages: list[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(languages) + 1, figsize=(5 * (len(languages) + 1), 3.8))
+    probe = f"probe_{languages[0]}_pass@1"  # [heldout] probe: fixed training problems, scored like held-out ones
+    panels = [f"heldout_{lang}_pass@1" for lang in languages]
+    if any(probe in row for run in runs.values() for row in run["heldout"].values()):
+        panels.append(probe)
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 3.8))
     markers = "osD^v"
     # one x position per phase name over all runs (a run that skipped a phase, e.g. the base model's
     # evaluation in a forked seed, leaves a gap instead of shifting its points)
     order = list(dict.fromkeys(p for run in runs.values() for p in run["heldout"]))
     order.sort(key=lambda p: (p != "00-base", p))
     for j, (name, run) in enumerate(runs.items()):
-        for ax, lang in zip(axes, languages):
-            pts = [(order.index(p), row.get(f"heldout_{lang}_pass@1")) for p, row in run["heldout"].items()]
+        for ax, key in zip(axes, panels):
+            pts = [(order.index(p), row.get(key)) for p, row in run["heldout"].items()]
             pts = sorted((x, y) for x, y in pts if y is not None)
-            ax.plot(*zip(*pts), marker=markers[j % 5], ms=8 - 1.5 * j, alpha=0.85, label=name)
+            if pts:
+                ax.plot(*zip(*pts), marker=markers[j % 5], ms=8 - 1.5 * j, alpha=0.85, label=name)
         steps = [(pid, r["correct_rate"]) for pid, rows in run["coder_calls"].items() for r in rows]
         if steps:
             axes[-1].plot(range(1, len(steps) + 1), [v for _, v in steps], marker=markers[j % 5], ms=4, label=name)
             for k in range(1, len(steps)):  # phase boundaries
                 if steps[k][0] != steps[k - 1][0]:
                     axes[-1].axvline(k + 0.5, color="grey", lw=0.6, ls=":")
-    for ax, lang in zip(axes, languages):
+    for ax, key in zip(axes, panels):
         ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
-        ax.set_title(f"held-out pass@1, {lang}")
+        what, lang = key.split("_")[:2]
+        ax.set_title(f"held-out pass@1, {lang}" if what == "heldout" else f"training probe pass@1, {lang}")
         ax.set_ylim(-0.02, max(0.2, ax.get_ylim()[1] * 1.05))
     axes[-1].set_title("training-problem pass@1 per GRPO step")
     axes[-1].set_xlabel("Coder GRPO step (dotted: next phase)")

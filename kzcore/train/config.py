@@ -138,6 +138,10 @@ class HeldoutSection:
     max_new_tokens: int = 1024
     temperature: float = 0.7
     base: bool = True  # score the base model too, before SFT (false: a run that repeats a measured base skips it)
+    # score this many training problems too, in the first language, at every held-out evaluation: drawn once from
+    # [problems] tasks with a fixed seed, the same in every run of a config (a training-side curve that does not
+    # depend on which tasks each round drew); 0: none
+    probe: int = 0
 
 
 @attrs.frozen

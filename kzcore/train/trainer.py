@@ -21,14 +21,15 @@ from kzcore.errors import KzError
 from kzcore.executors import open_executor
 from kzcore.jsonl import append_jsonl, read_jsonl
 from kzcore.plugins import get_plugin_manager
-from kzcore.policy import SamplingParams, load_policy, parse_policy_spec
+from kzcore.policy import load_policy, parse_policy_spec
 from kzcore.problems import load_problems
-from kzcore.progress import Progress
 from kzcore.prompts import build_prompt
 from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import COLDSTART_TASKS, TrainConfig
+from kzcore.train.curves import plot_curves
 from kzcore.train.distill import PROBLEMS_FILE, distill
+from kzcore.train.heldout import score_problems
 from kzcore.train.schedule import phase_id, read_state, run_schedule
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
@@ -312,57 +313,43 @@ class Trainer:
         return len(tally)
 
     # -- held-out evaluation ----------------------------------------------------------------------
+    def probe_problems(self) -> list[Problem]:
+        """``[heldout] probe`` training problems scored beside the held-out ones: drawn from the ``[problems]
+        tasks`` with a fixed seed, so every run of a config (every seed, full or frozen) scores the same ones and
+        a training-side curve does not mix learning with the rounds' task draws."""
+        count = self.config.heldout.probe
+        if not count:
+            return []
+        tasks = sorted(self.tasks, key=lambda p: (p.level, p.name))
+        return random.Random(0).sample(tasks, min(count, len(tasks)))
+
     def evaluate_heldout(self, phase: Phase, checkpoint: Path) -> dict:
         """pass@k / fast_1 of the checkpoint on the held-out problems, for every configured language, per
         level and overall, with the verdict mix; appended to RUN/heldout.jsonl and plotted to RUN/curves.png.
         pass@k is reported for each configured k <= n. ``heldout_pass@k`` (no language) is the first
-        language's overall figure."""
+        language's overall figure. With ``[heldout] probe``, the same for that many fixed training problems in
+        the first language, keys ``probe_...``."""
         if not self.heldout:
             return {}
-        from kzcore.evaluate.runner import evaluate
-        from kzcore.metrics import summarize
-        from kzcore.sampling import sample_candidates
-
         cfg = self.config.heldout
         out = self.run_dir / "heldout" / phase_id(phase)
         languages = list(self.config.plugins.languages)
-        params = SamplingParams(
-            n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=self.config.run.seed
-        )
-        names = [(p.level, p.name) for p in self.heldout]
         metrics: dict = {}
         policy = self.policy_for(checkpoint)
         try:
             for language in languages:
-                where = f"held-out {phase_id(phase)} [{language}]"
-                with Progress(f"{where}: sampling {cfg.n} per problem", len(self.heldout), self.log) as bar:
-                    candidates = sample_candidates(
-                        policy, self.heldout, language, params, out / f"completions-{language}.jsonl",
-                        template=self.config.prompts.coder_template, on_batch=bar.advance, pm=self.pm,
-                    )  # fmt: skip
-                with Progress(f"{where}: evaluating", None, self.log) as bar:
-                    correct = 0
-
-                    def on_result(result, bar=bar):
-                        nonlocal correct
-                        correct += result.correct
-                        bar.advance(1, f"{correct} correct")
-
-                    results = evaluate(
-                        self.heldout, candidates, self.config.eval, out / f"results-{language}.jsonl",
-                        executor=self.pool, on_start=lambda already, todo: bar.start(todo),
-                        on_result=on_result, pm=self.pm,
-                    )  # fmt: skip
-                metrics[f"heldout_{language}_statuses"] = _status_counts(results)
-                for k in (k for k in cfg.k if k <= cfg.n):
-                    table = summarize(results, k=k, problems=names)
-                    for level, row in table.items():
-                        where = language if level == "all" else f"{language}_l{level}"
-                        metrics[f"heldout_{where}_pass@{k}"] = row["pass@k"]
-                        metrics[f"heldout_{where}_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed
-                    if language == languages[0]:
-                        metrics[f"heldout_pass@{k}"] = table["all"]["pass@k"]
-                        metrics[f"heldout_fast_1@{k}"] = table["all"]["fast_1"]
+                scored = score_problems(
+                    self, policy, self.heldout, language, out, f"held-out {phase_id(phase)}", "heldout"
+                )
+                metrics.update(scored)
+                if language == languages[0]:
+                    for k in (k for k in cfg.k if k <= cfg.n):
+                        metrics[f"heldout_pass@{k}"] = scored[f"heldout_{language}_pass@{k}"]
+                        metrics[f"heldout_fast_1@{k}"] = scored[f"heldout_{language}_fast_1@{k}"]
+            probe = self.probe_problems()
+            if probe:
+                where = f"training probe {phase_id(phase)}"
+                metrics.update(score_problems(self, policy, probe, languages[0], out, where, "probe"))
         finally:
             policy.close()
         row = {"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}
@@ -433,83 +420,3 @@ class Trainer:
 
 def round_share(count: int, share: float) -> int:
     return int(round(count * share))
-
-
-def _status_counts(results) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return counts
-
-
-def plot_curves(run_dir: Path) -> Path | None:
-    """RUN/curves.png (see ``curves_figure``); None before any phase has finished."""
-    import matplotlib.pyplot as plt
-
-    fig = curves_figure(run_dir)
-    if fig is None:
-        return None
-    path = run_dir / "curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def curves_figure(run_dir: Path):
-    """Three panels, phases by name: per-phase training reward / correctness, held-out pass@k, and the
-    held-out verdict mix after each phase."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    state = read_state(run_dir)
-    metrics = state.get("metrics", {})
-    if not metrics:
-        return None
-    heldout = read_jsonl(run_dir / "heldout.jsonl")
-    phases = list(metrics)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
-    styles = {"coder": ("o", "-"), "proposer": ("s", "--")}
-    for role, (marker, ls) in styles.items():
-        for key, label in (("reward_mean", "reward"), ("correct_rate", "train pass@1")):
-            pts = [(i, m.get(key)) for i, (pid, m) in enumerate(metrics.items()) if pid.endswith(role)]
-            pts = [(i, v) for i, v in pts if isinstance(v, (int, float))]
-            if pts:
-                axes[0].plot(*zip(*pts), marker=marker, ls=ls if key == "reward_mean" else ":", label=f"{role} {label}")
-    axes[0].set_xticks(range(len(phases)), phases, rotation=30, ha="right")
-    axes[0].set_xlim(-0.5, len(phases) - 0.5)
-    axes[0].set_title("training (per phase)")
-    if axes[0].lines:
-        axes[0].legend(fontsize=8)
-    keys = sorted({k for h in heldout for k in h if k.startswith("heldout_pass@") and "_l" not in k})
-    for j, key in enumerate(keys):  # markers and offsets keep overlapping lines distinguishable
-        ys = [h.get(key) for h in heldout]
-        axes[1].plot(range(len(heldout)), ys, marker="os^Dv"[j % 5], ms=7 - j, label=key.removeprefix("heldout_"))
-    axes[1].set_xticks(range(len(heldout)), [h["phase"] for h in heldout], rotation=30, ha="right")
-    axes[1].set_ylim(-0.05, 1.05)
-    axes[1].set_title("held-out (after phase)")
-    if heldout and keys:
-        axes[1].legend(fontsize=8)
-    plot_verdicts(axes[2], heldout)
-    fig.tight_layout()
-    return fig
-
-
-def plot_verdicts(ax, heldout: list[dict]) -> None:
-    """Stacked bars: the held-out verdict mix after each phase (first language), so a run whose pass@k is 0
-    still shows what changed (format errors turning into compile errors, then wrong answers, ...)."""
-    rows = []
-    for h in heldout:
-        key = next((k for k in h if k.startswith("heldout_") and k.endswith("_statuses")), None)
-        rows.append((h["phase"], h.get(key) or {}))
-    statuses = sorted({s for _, counts in rows for s in counts})
-    bottoms = [0] * len(rows)
-    for status in statuses:
-        heights = [counts.get(status, 0) for _, counts in rows]
-        ax.bar(range(len(rows)), heights, bottom=bottoms, label=status)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_xticks(range(len(rows)), [pid for pid, _ in rows], rotation=30, ha="right")
-    ax.set_title("held-out verdicts (after phase)")
-    if statuses:
-        ax.legend(fontsize=7)
