@@ -53,6 +53,26 @@ def config(tmp_path, tiny) -> TrainConfig:
     )
 
 
+def inline_cold_start(plugins, tmp_path, tiny, monkeypatch, **heldout) -> tuple:
+    """(plugin manager, config) for a run of the cold start only (distill, SFT) through the test's inline
+    executor (``tests.fakes_hooks.InlineExecutor``, which records every job), ``[heldout]`` settings changed
+    by ``heldout``."""
+    from tests import fakes_hooks
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))  # the fake executor's made-up problem checks stay here
+    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
+    fakes_hooks.InlineExecutor.instances.clear()
+    cfg = config(tmp_path, tiny)
+    cfg = attrs.evolve(
+        cfg,
+        plugins=attrs.evolve(cfg.plugins, executor="inline"),
+        schedule=Schedule(rounds=0, cold_start=True),
+        heldout=attrs.evolve(cfg.heldout, **heldout),
+    )
+    return pm, cfg
+
+
 @pytest.mark.slow
 def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -136,14 +156,7 @@ def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, 
     evaluation always started a fresh local pool of their own)."""
     from tests import fakes_hooks
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))  # the fake executor's made-up problem checks stay here
-    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
-    fakes_hooks.InlineExecutor.instances.clear()
-    cfg = config(tmp_path, tiny)
-    cfg = attrs.evolve(
-        cfg, plugins=attrs.evolve(cfg.plugins, executor="inline"), schedule=Schedule(rounds=0, cold_start=True)
-    )
+    pm, cfg = inline_cold_start(plugins, tmp_path, tiny, monkeypatch)
     state = Trainer(cfg, pm=pm, log=lambda s: None).run()
     assert state["done"] == ["00-distill", "00-sft"]
     (executor,) = fakes_hooks.InlineExecutor.instances
@@ -161,17 +174,7 @@ def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, 
     model (n samples of each held-out problem instead of 2n), and its metrics carry no ``base_`` keys."""
     from tests import fakes_hooks
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
-    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
-    fakes_hooks.InlineExecutor.instances.clear()
-    cfg = config(tmp_path, tiny)
-    cfg = attrs.evolve(
-        cfg,
-        plugins=attrs.evolve(cfg.plugins, executor="inline"),
-        schedule=Schedule(rounds=0, cold_start=True),
-        heldout=attrs.evolve(cfg.heldout, base=False),
-    )
+    pm, cfg = inline_cold_start(plugins, tmp_path, tiny, monkeypatch, base=False)
     state = Trainer(cfg, pm=pm, log=lambda s: None).run()
     (executor,) = fakes_hooks.InlineExecutor.instances
     heldout = [j for j in executor.jobs if hasattr(j, "candidate") and j.candidate.completion is not None]
@@ -187,17 +190,7 @@ def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins
     by the config, not the run's seed, so seeds and ablations share one training-side curve."""
     from tests import fakes_hooks
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
-    pm = plugins("kz_triton", "kz_models", "tests.fakes_hooks:FAKE_EXECUTORS")
-    fakes_hooks.InlineExecutor.instances.clear()
-    cfg = config(tmp_path, tiny)
-    cfg = attrs.evolve(
-        cfg,
-        plugins=attrs.evolve(cfg.plugins, executor="inline"),
-        schedule=Schedule(rounds=0, cold_start=True),
-        heldout=attrs.evolve(cfg.heldout, base=False, probe=2),
-    )
+    pm, cfg = inline_cold_start(plugins, tmp_path, tiny, monkeypatch, base=False, probe=2)
     trainer = Trainer(cfg, pm=pm, log=lambda s: None)
     probe = {p.name for p in trainer.probe_problems()}
     other_seed = Trainer(attrs.evolve(cfg, run=attrs.evolve(cfg.run, seed=7)), pm=pm, log=lambda s: None)
