@@ -11,7 +11,7 @@ import pytest
 
 from kzcore.errors import KzError
 from kzcore.train.config import load_config
-from kzcore.train.plan import batch_layout, format_plan, launcher_processes, training_plan
+from kzcore.train.plan import _with_decoders, batch_layout, format_plan, launcher_processes, training_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "kernelzero-8gpu.toml"
@@ -37,6 +37,22 @@ def test_the_8gpu_recipe_plan(plugins):
     assert lines[0] == "processes: 8 (one GPU each)"
     assert any(line.startswith("Coder step: 16 prompt(s) x 5 = 80 completions") for line in lines)
     assert any(line.startswith("warning: distillation") for line in lines)  # not rank-aware yet, said so
+
+
+def test_the_one_gpu_plan_names_the_decoders_the_probe_and_the_proposer_cold_start(plugins):
+    """configs/gpu-small.toml's plan: generation through transformers or the plugins that implement
+    kz_fast_generate (named only when one is installed), the held-out problems kept by name, the training
+    probe and the Proposer's cold start."""
+    config = load_config(ROOT / "configs" / "gpu-small.toml")
+    pm = plugins("kz_triton", "kz_cuda", "kz_models")
+    plan = training_plan(config, 1, pm=pm)
+    assert plan["coder_batch"]["generation"] == "transformers generate, or kz_fast_generate from plugin kz_models"
+    lines = format_plan(plan)
+    assert "held-out problems kept (heldout_names): 3_Sigmoid, 5_Softplus, 8_MeanReduction, 4_Gemm_Sigmoid_Mul" in lines
+    assert any(line.endswith(f"with {config.heldout.probe} fixed training problems (the probe)") for line in lines)
+    assert f"Proposer cold start: {config.proposer.cold_start_steps} SFT steps" in "\n".join(lines)
+    pm.unregister(name="kz_models")  # no plugin with a faster decoder: transformers alone
+    assert _with_decoders({"generation": "transformers generate"}, pm)["generation"] == "transformers generate"
 
 
 def test_a_layout_trl_would_refuse_fails_in_the_plan():

@@ -58,6 +58,18 @@ def batch_layout(settings, processes: int, role: str) -> dict:
     }
 
 
+def _with_decoders(layout: dict, pm) -> dict:
+    """The layout's generation line naming the plugins whose ``kz_fast_generate`` may stand in for
+    transformers' ``generate`` (each decides per model and device when GRPO starts)."""
+    if layout["generation"] != "transformers generate":
+        return layout
+    plugins = sorted({impl.plugin_name for impl in pm.hook.kz_fast_generate.get_hookimpls()})
+    if plugins:
+        by = f"plugin{'s' if len(plugins) > 1 else ''} {', '.join(plugins)}"
+        layout = {**layout, "generation": f"transformers generate, or kz_fast_generate from {by}"}
+    return layout
+
+
 def _model(spec: str, pm) -> dict:
     from kzcore.plugins import policies
     from kzcore.policy import parse_policy_spec
@@ -112,8 +124,8 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             else _model(config.distill.teacher, pm)
         ),
         "languages": list(config.plugins.languages),
-        "coder_batch": batch_layout(config.coder, processes, "coder"),
-        "proposer_batch": batch_layout(config.proposer_grpo, processes, "proposer_grpo"),
+        "coder_batch": _with_decoders(batch_layout(config.coder, processes, "coder"), pm),
+        "proposer_batch": _with_decoders(batch_layout(config.proposer_grpo, processes, "proposer_grpo"), pm),
         "evaluator": _evaluator(config, processes),
         "problems": {
             "coldstart": _problems([config.problems.coldstart], pm),
@@ -124,7 +136,14 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             ),
             "heldout": _problems(config.problems.heldout, pm),
         },
-        "heldout": {"n": config.heldout.n, "k": [k for k in config.heldout.k if k <= config.heldout.n]},
+        "heldout_names": list(config.problems.heldout_names),
+        "heldout": {
+            "n": config.heldout.n,
+            "k": [k for k in config.heldout.k if k <= config.heldout.n],
+            "base": config.heldout.base,
+            "probe": config.heldout.probe,
+        },
+        "proposer_cold_start_steps": config.proposer.cold_start_steps,
         "warnings": (
             [
                 "distillation, the Proposer's gates and held-out evaluation are not rank-aware yet: every process "
@@ -176,7 +195,19 @@ def format_plan(plan: dict) -> list[str]:
     for kind, sets in plan["problems"].items():
         for spec, count in sets.items():
             lines.append(f"{kind} problems {spec}: {count}")
-    lines.append(f"held-out: n = {plan['heldout']['n']}, pass@k for k in {plan['heldout']['k']}")
+    if plan["heldout_names"]:
+        lines.append(f"held-out problems kept (heldout_names): {', '.join(plan['heldout_names'])}")
+    h = plan["heldout"]
+    lines.append(
+        f"held-out: n = {h['n']}, pass@k for k in {h['k']}, after "
+        + ("the base model, " if h["base"] else "")
+        + "SFT and every Coder phase"
+        + (f"; with {h['probe']} fixed training problems (the probe)" if h["probe"] else "")
+    )
+    if plan["proposer_cold_start_steps"]:
+        lines.append(
+            f"Proposer cold start: {plan['proposer_cold_start_steps']} SFT steps on the cold start's modules, in the SFT phase"
+        )
     lines += [f"warning: {w}" for w in plan["warnings"]]
     return lines
 
