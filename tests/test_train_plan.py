@@ -51,6 +51,7 @@ def test_the_one_gpu_plan_names_the_decoders_the_probe_and_the_proposer_cold_sta
     assert "held-out problems kept (heldout_names): 3_Sigmoid, 5_Softplus, 8_MeanReduction, 4_Gemm_Sigmoid_Mul" in lines
     assert any(line.endswith(f"with {config.heldout.probe} fixed training problems (the probe)") for line in lines)
     assert f"Proposer cold start: {config.proposer.cold_start_steps} SFT steps" in "\n".join(lines)
+    assert f"Coder tasks calibrated before the first Coder phase: {config.task_mix.calibrate} samples of each" in lines
     pm.unregister(name="kz_models")  # no plugin with a faster decoder: transformers alone
     assert _with_decoders({"generation": "transformers generate"}, pm)["generation"] == "transformers generate"
 

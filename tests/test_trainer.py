@@ -19,6 +19,7 @@ from kzcore.train.config import (
     ProblemsSection,
     ProposerSection,
     RunSection,
+    TaskMixSection,
     TrainConfig,
 )
 from kzcore.train.schedule import Schedule
@@ -206,3 +207,49 @@ def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins
     (executor,) = fakes_hooks.InlineExecutor.instances
     sampled = {j.problem.name for j in executor.jobs if hasattr(j, "candidate") and j.candidate.completion}
     assert sampled == probe | {"1_ReLU"}
+
+
+@pytest.mark.slow
+def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, tmp_path, tiny, monkeypatch):
+    """``[task_mix] calibrate = k``: before the first Coder phase, k samples of every task from the Coder,
+    evaluated, their pass rates filed as round 0 (so the first round's draw leans to the frontier, as later
+    rounds' measured rates do); a later Coder phase, or a resumed one, does not calibrate again."""
+    from kzcore.train import trainer as trainer_mod
+    from kzcore.types import Phase
+
+    pm, cfg = inline_cold_start(plugins, tmp_path, tiny, monkeypatch, base=False)
+    cfg = attrs.evolve(cfg, task_mix=attrs.evolve(cfg.task_mix, calibrate=2))
+    trainer = Trainer(cfg, pm=pm, log=lambda s: None)
+    trained = []
+    monkeypatch.setattr(trainer_mod, "run_coder_phase", lambda *a, **k: trained.append(a[1]) or {"steps": 0})
+    monkeypatch.setattr(trainer, "evaluate_heldout", lambda phase, checkpoint: {})  # no model was trained
+    phase_dir = tmp_path / "run" / "phases" / "01-coder"
+    metrics = trainer.coder(Phase("coder", 1, 1), phase_dir)
+    tasks = {f"{p.level}/{p.name}" for p in trainer.tasks}
+    # the inline executor files every candidate correct: every task solved, none at the frontier
+    assert metrics["calibration_tasks"] == len(tasks) == 26 and metrics["calibration_correct"] == 26 * 2
+    assert metrics["calibration_frontier"] == 0
+    rates = [json.loads(x) for x in (tmp_path / "run" / "task_rates.jsonl").read_text().splitlines()]
+    assert {r["task"] for r in rates} == tasks and {(r["round"], r["k"]) for r in rates} == {(0, 2)}
+    sampled = [json.loads(x) for x in (phase_dir / "calibration" / "completions-triton.jsonl").read_text().splitlines()]
+    assert len([r for r in sampled if "problem" in r]) == 26 * 2
+    assert trainer.task_rates() == {task: 1.0 for task in tasks} and trained  # the phase went on to train
+    again = trainer.coder(Phase("coder", 2, 1), tmp_path / "run" / "phases" / "02-coder")
+    assert "calibration_tasks" not in again
+
+
+def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, tiny):
+    """Built-in tasks are drawn with weight 0.1 + frontier_reward(p): a task solved half the time is drawn
+    about eleven times as often as one never (or always) solved."""
+    pm = plugins("kz_triton", "kz_models")
+    cfg = attrs.evolve(config(tmp_path, tiny), task_mix=TaskMixSection(builtin=1.0))
+    trainer = Trainer(cfg, pm=pm, log=lambda s: None)
+    tasks = [f"{p.level}/{p.name}" for p in trainer.tasks]
+    frontier = tasks[0]
+    rows = [{"round": 0, "task": t, "passed": 2 if t == frontier else 0, "k": 4} for t in tasks]
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / "task_rates.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn, _ = trainer.coder_tasks(2000, round=1)
+    share = sum(f"{p.level}/{p.name}" == frontier for p in drawn) / len(drawn)
+    expected = 1.1 / (1.1 + 0.1 * (len(tasks) - 1))  # 26 tasks: ~0.30, against 1/26 ~ 0.04 for a uniform draw
+    assert abs(share - expected) < 0.05, (share, expected)

@@ -125,6 +125,10 @@ class TaskMixSection:
 
     older: float = attrs.field(default=0.0, validator=_share)  # share from earlier rounds' accepted pool tasks
     builtin: float = attrs.field(default=0.0, validator=_share)  # share from [problems] tasks
+    # samples of every [problems] tasks problem drawn from the Coder before its first phase and evaluated: their
+    # pass rates (round 0 in RUN/task_rates.jsonl) weight the first round's draw toward the frontier, as later
+    # rounds' measured rates do (a task the model always or never solves gives a GRPO group no gradient); 0: none
+    calibrate: int = 0
 
     def __attrs_post_init__(self):
         if self.older + self.builtin > 1.0:

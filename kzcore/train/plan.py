@@ -144,6 +144,7 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             "probe": config.heldout.probe,
         },
         "proposer_cold_start_steps": config.proposer.cold_start_steps,
+        "calibrate": config.task_mix.calibrate,
         "warnings": (
             [
                 "distillation, the Proposer's gates and held-out evaluation are not rank-aware yet: every process "
@@ -204,6 +205,8 @@ def format_plan(plan: dict) -> list[str]:
         + "SFT and every Coder phase"
         + (f"; with {h['probe']} fixed training problems (the probe)" if h["probe"] else "")
     )
+    if plan["calibrate"]:
+        lines.append(f"Coder tasks calibrated before the first Coder phase: {plan['calibrate']} samples of each")
     if plan["proposer_cold_start_steps"]:
         lines.append(
             f"Proposer cold start: {plan['proposer_cold_start_steps']} SFT steps on the cold start's modules, in the SFT phase"

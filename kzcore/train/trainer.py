@@ -29,8 +29,8 @@ from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import COLDSTART_TASKS, TrainConfig
 from kzcore.train.curves import plot_curves
 from kzcore.train.distill import PROBLEMS_FILE, distill
-from kzcore.train.heldout import score_problems
 from kzcore.train.schedule import phase_id, read_state, run_schedule
+from kzcore.train.scoring import calibrate_tasks, score_problems
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
@@ -222,6 +222,12 @@ class Trainer:
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
         settings = attrs.evolve(self.config.coder, max_steps=phase.steps)
         per_step = max(1, settings.batch_size // settings.num_generations)
+        calibration = {}
+        if self.config.task_mix.calibrate and not self.task_rates():
+            # the first round's draw toward the frontier: the Coder's pass rates before it (round 0)
+            rates, calibration = calibrate_tasks(self, phase_dir / "calibration")
+            rows = [{"round": 0, "task": task, "passed": n, "k": k} for task, (n, k) in rates.items()]
+            append_jsonl(self.run_dir / TASK_RATES, rows)
         tasks, sources = self.coder_tasks(phase.steps * per_step, phase.round)
         self.log(f"phase {phase_id(phase)}: {len(tasks)} prompts ({', '.join(f'{v} {k}' for k, v in sources.items())})")
         metrics = run_coder_phase(
@@ -229,6 +235,7 @@ class Trainer:
             self.config.eval, self.config.ca_grpo, prompt_for=self.coder_prompt, pm=self.pm,
         )  # fmt: skip
         metrics["task_sources"] = sources
+        metrics.update(calibration)
         metrics["tasks_measured"] = self.record_pass_rates(phase, phase_dir / "model" / "pass_rates.json")
         metrics.update(self.evaluate_heldout(phase, phase_dir / "model"))
         return metrics

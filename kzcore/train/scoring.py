@@ -1,0 +1,97 @@
+"""Scoring a checkpoint's policy on a set of problems, for the trainer: sample completions, evaluate them through
+the run's executor, and summarise. Used by the held-out evaluation, its training probe and the Coder's task
+calibration."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kzcore.evaluate.runner import evaluate
+from kzcore.metrics import summarize
+from kzcore.policy import SamplingParams
+from kzcore.progress import Progress
+from kzcore.sampling import sample_candidates
+from kzcore.types import EvalResult, Problem
+
+
+def sample_and_evaluate(
+    trainer, policy, problems: list[Problem], language: str, params: SamplingParams, out: Path, files: str, where: str
+) -> list[EvalResult]:
+    """``params.n`` completions of each problem from ``policy`` in ``language``, evaluated; for ``trainer`` (a
+    kzcore.train.trainer.Trainer: its config, executor, plugins and log). Completions and verdicts go to
+    ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl`` (both resume)."""
+    with Progress(f"{where}: sampling {params.n} per problem", len(problems), trainer.log) as bar:
+        candidates = sample_candidates(
+            policy, problems, language, params, out / f"{files}completions-{language}.jsonl",
+            template=trainer.config.prompts.coder_template, on_batch=bar.advance, pm=trainer.pm,
+        )  # fmt: skip
+    with Progress(f"{where}: evaluating", None, trainer.log) as bar:
+        correct = 0
+
+        def on_result(result):
+            nonlocal correct
+            correct += result.correct
+            bar.advance(1, f"{correct} correct")
+
+        return evaluate(
+            problems, candidates, trainer.config.eval, out / f"{files}results-{language}.jsonl",
+            executor=trainer.pool, on_start=lambda already, todo: bar.start(todo), on_result=on_result, pm=trainer.pm,
+        )  # fmt: skip
+
+
+def score_problems(trainer, policy, problems: list[Problem], language: str, out: Path, where: str, prefix: str) -> dict:
+    """Metrics ``{prefix}_{language}[_l{level}]_pass@k`` / ``_fast_1@k`` (for each ``[heldout] k`` <= n) and
+    ``{prefix}_{language}_statuses`` of ``policy`` on ``problems``, sampled with the ``[heldout]`` settings;
+    the files are named as ``sample_and_evaluate`` says, prefixed ``{prefix}-`` unless ``prefix`` is
+    "heldout"."""
+    cfg = trainer.config.heldout
+    params = SamplingParams(
+        n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=trainer.config.run.seed
+    )
+    files = "" if prefix == "heldout" else f"{prefix}-"
+    results = sample_and_evaluate(trainer, policy, problems, language, params, out, files, f"{where} [{language}]")
+    metrics: dict = {f"{prefix}_{language}_statuses": status_counts(results)}
+    names = [(p.level, p.name) for p in problems]
+    for k in (k for k in cfg.k if k <= cfg.n):
+        for level, row in summarize(results, k=k, problems=names).items():
+            key = language if level == "all" else f"{language}_l{level}"
+            metrics[f"{prefix}_{key}_pass@{k}"] = row["pass@k"]
+            metrics[f"{prefix}_{key}_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed
+    return metrics
+
+
+def status_counts(results) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return counts
+
+
+def calibrate_tasks(trainer, out: Path) -> tuple[dict[str, tuple[int, int]], dict]:
+    """``[task_mix] calibrate`` samples of every ``[problems] tasks`` problem from ``trainer``'s current Coder
+    (with the Coder's sampling settings), evaluated: (each task's (correct, samples), keyed "level/name"; metrics
+    ``calibration_tasks``, ``calibration_frontier`` (tasks with a pass rate strictly between 0 and 1),
+    ``calibration_correct``, ``calibration_seconds``). Completions and verdicts stay in ``out``."""
+    t0 = time.perf_counter()
+    k, coder, tasks, language = trainer.config.task_mix.calibrate, trainer.config.coder, trainer.tasks, trainer.language
+    params = SamplingParams(
+        n=k, temperature=coder.temperature, top_p=coder.top_p, max_new_tokens=coder.max_completion_length,
+        seed=trainer.config.run.seed,
+    )  # fmt: skip
+    policy = trainer.policy_for(trainer.latest_checkpoint("coder"))
+    try:
+        where = f"calibrating {len(tasks)} tasks [{language}]"
+        results = sample_and_evaluate(trainer, policy, tasks, language, params, out, "", where)
+    finally:
+        policy.close()
+    passed = {f"{p.level}/{p.name}": 0 for p in tasks}
+    for r in results:
+        passed[f"{r.level}/{r.problem}"] += r.correct
+    metrics = {
+        "calibration_tasks": len(passed),
+        "calibration_frontier": sum(0 < n < k for n in passed.values()),
+        "calibration_correct": sum(passed.values()),
+        "calibration_seconds": round(time.perf_counter() - t0, 3),
+    }
+    return {task: (n, k) for task, n in passed.items()}, metrics
