@@ -87,6 +87,8 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
         problems=attrs.evolve(cfg.problems, tasks="coldstart", task_max_solution_chars=1500),
         coder=attrs.evolve(cfg.coder, gradient_checkpointing=True),
         proposer=attrs.evolve(cfg.proposer, cold_start_steps=1),
+        task_mix=attrs.evolve(cfg.task_mix, calibrate=1),  # and the first round's tasks calibrated
+        heldout=attrs.evolve(cfg.heldout, probe=1),  # and a training probe
     )
     state = Trainer(cfg, pm=pm, log=lambda s: None).run()
     run = tmp_path / "run"
@@ -111,6 +113,7 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     assert all(r["gates"] for r in pool)
     coder = state["metrics"]["01-coder"]
     assert coder["steps"] == 1 and "heldout_pass@1" in coder and "heldout_pass@2" in coder
+    assert coder["calibration_tasks"] >= 1 and "probe_triton_pass@1" in coder
     heldout = [json.loads(x) for x in (run / "heldout.jsonl").read_text().splitlines()]
     assert [h["phase"] for h in heldout] == ["00-base", "00-sft", "01-coder"]  # base, after SFT, after RL
     assert "base_heldout_pass@1" in state["metrics"]["00-sft"] and "heldout_pass@2" in state["metrics"]["00-sft"]
