@@ -99,3 +99,22 @@ def test_the_gpu_report_aligns_phases_sums_training_verdicts_and_shows_the_probe
     table = capsys.readouterr().out
     assert "| probe pass@1 |" in table and "| full-s1 | 01-coder | 0.300 / – / – |  | 0.600 | 0.250 |" in table
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_fork_refuses_a_cold_start_whose_models_were_pruned(tmp_path):
+    """fork_run.py copies a run's cold start; when the source has pruned one of its models since (the cold
+    start's Proposer goes once a Proposer phase has trained one), the fork would start from the base model
+    instead, so it stops with a message."""
+    from experiments.learning_signal.fork_run import fork
+
+    src = tmp_path / "src"
+    for sub in ("00-distill", "00-sft/model", "00-sft/proposer"):
+        (src / "phases" / sub).mkdir(parents=True)
+    (src / "phases" / "00-sft" / "model" / "config.json").write_text("{}")
+    (src / "phases" / "00-sft" / "proposer" / "config.json.pruned").write_text("{}")
+    (src / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {"00-distill": {}, "00-sft": {}}}))  # fmt: skip
+    with pytest.raises(SystemExit, match=r"has pruned phases/00-sft/proposer"):
+        fork(src, tmp_path / "dst")
+    assert not (tmp_path / "dst").exists()
+    fork(src, tmp_path / "seed", after="distill")  # a seed fork copies no model
+    assert json.loads((tmp_path / "seed" / "state.json").read_text())["done"] == ["00-distill"]

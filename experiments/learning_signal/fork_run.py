@@ -23,6 +23,11 @@ def fork(src: Path, dst: Path, after: str = "sft") -> None:
     missing = [p for p in cold if p not in state["done"]]
     if missing:
         raise SystemExit(f"fork_run: {src} has not finished {', '.join(missing)}")
+    # a model the source has pruned since (keep_checkpoints = "last-best": the cold start's Proposer goes once
+    # the source's first Proposer phase has trained one) would leave the fork starting from the base model
+    pruned = sorted(str(p.parent.relative_to(src)) for pid in cold for p in (src / "phases" / pid).glob("*/config.json.pruned"))  # fmt: skip
+    if pruned:
+        raise SystemExit(f'fork_run: {src} has pruned {", ".join(pruned)}: fork sooner, or keep_checkpoints = "all"')
     dst.mkdir(parents=True, exist_ok=False)
     for pid in cold:
         shutil.copytree(src / "phases" / pid, dst / "phases" / pid)
