@@ -102,21 +102,17 @@ def cold_start_rows(
     and the module, fenced, as the answer -- the prompt and reply format a Proposer must produce before its
     frontier reward can pay anything. Only modules that pass the Proposer's own AST gate for their API set
     become rows; the second value counts the rows and why the others were left out."""
-    import ast
-
     rng = random.Random(seed)
     rows: list[dict] = []
     skipped = {"no_catalog_api": 0, "fails_ast_gate": 0}
     for problem in problems:
-        try:
-            apis = apis_used(ast.parse(problem.source), catalog)
-        except SyntaxError:
-            apis = ()
+        check = check_ast(problem.source, (), catalog)  # the gate, and the APIs the module uses
+        if not check.ok:
+            skipped["fails_ast_gate"] += 1
+            continue
+        apis = check.apis_used
         if not apis:
             skipped["no_catalog_api"] += 1
-            continue
-        if not check_ast(problem.source, apis, catalog).ok:
-            skipped["fails_ast_gate"] += 1
             continue
         own = {problem.name, problem.name.split("__v", 1)[0]}
         shown = choose_examples([e for e in examples if e[0].name not in own], apis, rng, count)

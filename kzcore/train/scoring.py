@@ -4,6 +4,7 @@ calibration."""
 
 from __future__ import annotations
 
+import collections
 import time
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def score_problems(trainer, policy, problems: list[Problem], language: str, out:
     )
     files = "" if prefix == "heldout" else f"{prefix}-"
     results = sample_and_evaluate(trainer, policy, problems, language, params, out, files, f"{where} [{language}]")
-    metrics: dict = {f"{prefix}_{language}_statuses": status_counts(results)}
+    metrics: dict = {f"{prefix}_{language}_statuses": dict(collections.Counter(r.status.value for r in results))}
     names = [(p.level, p.name) for p in problems]
     for k in (k for k in cfg.k if k <= cfg.n):
         for level, row in summarize(results, k=k, problems=names).items():
@@ -59,13 +60,6 @@ def score_problems(trainer, policy, problems: list[Problem], language: str, out:
             metrics[f"{prefix}_{key}_pass@{k}"] = row["pass@k"]
             metrics[f"{prefix}_{key}_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed
     return metrics
-
-
-def status_counts(results) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return counts
 
 
 def calibrate_tasks(trainer, out: Path) -> tuple[dict[str, tuple[int, int]], dict]:

@@ -108,7 +108,7 @@ class Trainer:
         self._tasks = list(problems)
 
     def _coldstart_tasks(self) -> list[Problem]:
-        path = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / PROBLEMS_FILE
+        path = self.distill_dir / PROBLEMS_FILE
         if not path.exists():
             raise KzError(f'[problems] tasks = "coldstart" needs the distill phase\'s {path} (is cold_start on?)')
         limit = self.config.problems.task_max_solution_chars
@@ -121,6 +121,11 @@ class Trainer:
         if not verified:
             raise KzError(f"no cold-start problem verified in {self.language} with a solution of <= {limit} characters")
         return [p for p in load_problems(str(path), pm=self.pm) if (p.level, p.name) in verified]
+
+    @property
+    def distill_dir(self) -> Path:
+        """The cold start's distill phase directory (its SFT set, its verified problems)."""
+        return self.run_dir / "phases" / phase_id(Phase("distill", 0, 0))
 
     # -- plumbing ---------------------------------------------------------------------------------
     @property
@@ -185,7 +190,7 @@ class Trainer:
 
     def sft(self, phase: Phase, phase_dir: Path) -> dict:
         """SFT on the distilled set; the held-out score of the base model (before) and of the result."""
-        data = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / "sft.jsonl"
+        data = self.distill_dir / "sft.jsonl"
         base = {}
         if self.config.heldout.base:
             base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
@@ -201,7 +206,7 @@ class Trainer:
         from kzcore.proposer.catalog import load_catalog
         from kzcore.proposer.prompt import cold_start_rows, load_examples
 
-        verified = self.run_dir / "phases" / phase_id(Phase("distill", 0, 0)) / PROBLEMS_FILE
+        verified = self.distill_dir / PROBLEMS_FILE
         problems = load_problems(str(verified), pm=self.pm) if verified.exists() else self.coldstart
         problems = [p for p in problems if (p.level, p.name) not in self._held]
         catalog = load_catalog()
