@@ -241,11 +241,12 @@ def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, t
     assert "calibration_tasks" not in again
 
 
-def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, tiny):
-    """Built-in tasks are drawn with weight 0.1 + frontier_reward(p): a task solved half the time is drawn
-    about eleven times as often as one never (or always) solved."""
+@pytest.mark.parametrize("edge", [0.1, 0.02])
+def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, tiny, edge):
+    """Built-in tasks are drawn with weight edge_weight + frontier_reward(p): at the default 0.1 a task solved
+    half the time is drawn about eleven times as often as one never (or always) solved, at 0.02 51 times."""
     pm = plugins("kz_triton", "kz_models")
-    cfg = attrs.evolve(config(tmp_path, tiny), task_mix=TaskMixSection(builtin=1.0))
+    cfg = attrs.evolve(config(tmp_path, tiny), task_mix=TaskMixSection(builtin=1.0, edge_weight=edge))
     trainer = Trainer(cfg, pm=pm, log=lambda s: None)
     tasks = [f"{p.level}/{p.name}" for p in trainer.tasks]
     frontier = tasks[0]
@@ -254,5 +255,11 @@ def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, ti
     (tmp_path / "run" / "task_rates.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     drawn, _ = trainer.coder_tasks(2000, round=1)
     share = sum(f"{p.level}/{p.name}" == frontier for p in drawn) / len(drawn)
-    expected = 1.1 / (1.1 + 0.1 * (len(tasks) - 1))  # 26 tasks: ~0.30, against 1/26 ~ 0.04 for a uniform draw
+    expected = (1 + edge) / (1 + edge + edge * (len(tasks) - 1))  # 26 tasks: ~0.30 / ~0.67, uniform 1/26 ~ 0.04
     assert abs(share - expected) < 0.05, (share, expected)
+
+
+@pytest.mark.parametrize("edge", [0, -0.1])
+def test_an_edge_weight_that_could_never_draw_a_task_is_refused(edge):
+    with pytest.raises(ValueError, match="edge_weight must be positive"):
+        TaskMixSection(builtin=1.0, edge_weight=edge)

@@ -129,8 +129,15 @@ class TaskMixSection:
     # pass rates (round 0 in RUN/task_rates.jsonl) weight the first round's draw toward the frontier, as later
     # rounds' measured rates do (a task the model always or never solves gives a GRPO group no gradient); 0: none
     calibrate: int = 0
+    # the draw's weight of a task measured at pass rate 0 or 1 (no GRPO gradient), against 1 + this at rate 0.5
+    # (weight = edge_weight + frontier reward of the rate); smaller leans the draw harder toward the frontier
+    edge_weight: float = 0.1
 
     def __attrs_post_init__(self):
+        if not self.edge_weight > 0:
+            raise ValueError(
+                f"edge_weight must be positive (a task never solved may still be drawn), got {self.edge_weight!r}"
+            )
         if self.older + self.builtin > 1.0:
             raise ValueError(f"older + builtin shares exceed 1 ({self.older} + {self.builtin})")
 

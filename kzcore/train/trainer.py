@@ -257,7 +257,8 @@ class Trainer:
         The method's Coder trains on the Proposer's newest accepted batch; ``[task_mix]`` gives shares to
         earlier rounds' accepted pool tasks (``older``) and to the ``[problems] tasks`` problems (``builtin``).
         The newest batch is cycled through (each task once before any repeats); the other sources are drawn
-        weighted toward the frontier, weight 0.1 + frontier_reward(latest measured pass rate; unmeasured 0.5).
+        weighted toward the frontier, weight ``[task_mix] edge_weight`` (0.1) + frontier_reward(latest measured pass
+        rate; unmeasured 0.5).
         A source with no task gives its share to the newest batch, then older, then built-in tasks."""
         from kzcore.proposer.pool import read_pool
 
@@ -289,7 +290,7 @@ class Trainer:
         for name in ("older", "builtin"):
             if want[name]:
                 items = sources[name]
-                weights = [0.1 + frontier_reward(0.5 if p is None else p) for _, p in items]
+                weights = [mix.edge_weight + frontier_reward(0.5 if p is None else p) for _, p in items]
                 chosen += [items[i][0] for i in rng.choices(range(len(items)), weights=weights, k=want[name])]
         return chosen, {k: v for k, v in want.items() if v}
 
