@@ -156,7 +156,7 @@ def test_coder_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, cap
 
     def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
         torn(output_dir / "rewards.jsonl", [logged, logged], tail='{"call": 3, "rew')
-        return {"steps": 2}
+        return {"steps": 2, "train_seconds": 9.0, "generation_seconds": 4.0}
 
     monkeypatch.setattr(coder, "run_grpo", fake_grpo)
     (relu,) = load_problems(str(RELU_PATH))
@@ -168,7 +168,8 @@ def test_coder_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, cap
         "m", [relu], "triton", out, coder.GRPOSettings(), None, EvalConfig(), prompt_for=prompt
     )
     assert metrics == {
-        "steps": 2, "correct_rate": 0.5, "frac_groups_zero_std": 0.25, "eval_seconds": 3.0, "between_calls_seconds": 0
+        "steps": 2, "train_seconds": 9.0, "generation_seconds": 4.0, "correct_rate": 0.5, "frac_groups_zero_std": 0.25,
+        "eval_seconds": 3.0, "between_calls_seconds": 0, "update_seconds": 2.0,
     }  # fmt: skip
     assert warned_torn(caplog, out / "rewards.jsonl", 3)
 

@@ -60,6 +60,10 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     settings = GRPOSettings(max_steps=2, num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
     metrics = run_coder_phase(str(tiny), problems, "triton", tmp_path / "out", settings, pool, CFG)
     assert metrics["steps"] == 2
+    # where the phase's time went: generation (both steps' generate calls), reward evaluation, the rest (updates)
+    assert metrics["generation_seconds"] > 0 and metrics["eval_seconds"] > 0 and metrics["update_seconds"] > 0
+    total = metrics["generation_seconds"] + metrics["eval_seconds"] + metrics["update_seconds"]
+    assert total == pytest.approx(metrics["train_seconds"], abs=0.01)
     rows = [json.loads(x) for x in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(sum(r["statuses"].values()) == 2 for r in rows)
     assert (tmp_path / "out" / "model.safetensors").exists()

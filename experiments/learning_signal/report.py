@@ -20,7 +20,8 @@ from kzcore.jsonl import read_jsonl
 
 PHASE_KEYS = ("seconds", "train_seconds", "eval_seconds", "steps", "reward_mean", "reward_std", "correct_rate",
               "frac_reward_zero_std", "frac_groups_zero_std", "accepted", "proposed", "kept", "examples",
-              "loss_first", "loss_last", "task_sources", "tasks_measured", "variants", "between_calls_seconds")  # fmt: skip
+              "loss_first", "loss_last", "task_sources", "tasks_measured", "variants", "between_calls_seconds",
+              "generation_seconds", "update_seconds", "calibration_seconds")  # fmt: skip
 
 
 def run_summary(run_dir: Path) -> dict:

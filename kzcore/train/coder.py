@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -213,7 +214,8 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
     # TRL generates with the unwrapped model (the same module as trainer.model): its generate is replaced there.
     generate = without_cudnn_attention(trainer.model.generate)
     pm = pm or get_plugin_manager()
-    trainer.model.generate = pm.hook.kz_fast_generate(model=trainer.model, generate=generate) or generate
+    timed = TimedCalls(pm.hook.kz_fast_generate(model=trainer.model, generate=generate) or generate)
+    trainer.model.generate = timed
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -232,7 +234,25 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
         # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)
         "frac_reward_zero_std": mean("frac_reward_zero_std"),
         "train_seconds": round(seconds, 3),
+        "generation_seconds": round(timed.seconds, 3),  # inside train_seconds: every generate call, end to end
     }
+
+
+class TimedCalls:
+    """``fn`` with the wall time of its calls added up (generation returns token ids on the host, so a call's
+    end is its work's end)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn, self.seconds, self.calls = fn, 0.0, 0
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
 
 
 def run_coder_phase(
@@ -257,4 +277,8 @@ def run_coder_phase(
     metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)
     between = [r["between_calls_seconds"] for r in rows if r.get("between_calls_seconds") is not None]
     metrics["between_calls_seconds"] = round(sum(between), 3)  # generation + updates, after the first call
+    # the rest of the phase: the optimizer steps (forward and backward of the scored completions) and TRL's own work
+    metrics["update_seconds"] = round(
+        metrics["train_seconds"] - metrics["generation_seconds"] - metrics["eval_seconds"], 3
+    )
     return metrics
