@@ -559,8 +559,34 @@ def test_sampled_sets_respect_size_range_exclusive_groups_and_seed():
     assert sets != sample_api_sets(cat, 500, [], config, rng=8)
 
 
+def test_the_curriculum_draws_seen_apis_first_and_widens_with_accepted_tasks():
+    """unseen_weight: an API outside known_apis and every accepted task's is drawn that much as often."""
+    cat = builtin_catalog()
+    known = {"ReLU", "Add", "Conv2d"}
+    config = SamplerConfig(min_size=1, max_size=1, replay_prob=0.0, known_apis=known, unseen_weight=0.01)
+    n, others = 4000, len(cat.apis) - len(known)
+    drawn = Counter(s[0] for s in sample_api_sets(cat, n, [], config, rng=5))
+    expected = len(known) / (len(known) + 0.01 * others)  # 3 of weight 1 against 114 of 0.01: ~0.72
+    assert abs(sum(drawn[a] for a in known) / n - expected) < 0.03
+    # an accepted module that uses GELU makes it seen; a rejected one (failed a gate) does not
+    history = [_task(("GELU",), p=0.5), _task(("Mish",), accepted=False)]
+    widened = Counter(s[0] for s in sample_api_sets(cat, n, history, config, rng=5))
+    assert widened["GELU"] / n > 0.15 and widened["Mish"] / n < 0.01
+    # the default draws every API alike, known or not
+    plain = Counter(s[0] for s in sample_api_sets(cat, n, [], SamplerConfig(min_size=1, max_size=1), rng=5))
+    assert sum(plain[a] for a in known) / n < 0.06
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{"min_size": 0}, {"min_size": 3, "max_size": 2}, {"failure_boost": -1}, {"replay_prob": 2}]
+    "kwargs",
+    [
+        {"min_size": 0},
+        {"min_size": 3, "max_size": 2},
+        {"failure_boost": -1},
+        {"replay_prob": 2},
+        {"unseen_weight": 0},
+        {"unseen_weight": 1.5},
+    ],
 )
 def test_bad_sampler_config(kwargs):
     with pytest.raises(SamplerError):

@@ -52,6 +52,7 @@ def test_the_one_gpu_plan_names_the_decoders_the_probe_and_the_proposer_cold_sta
     assert any(line.endswith(f"with {config.heldout.probe} fixed training problems (the probe)") for line in lines)
     assert f"Proposer cold start: {config.proposer.cold_start_steps} SFT steps" in "\n".join(lines)
     assert f"Coder tasks calibrated before the first Coder phase: {config.task_mix.calibrate} samples of each" in lines
+    assert f"cold-start or task module uses is drawn {config.proposer.unseen_weight:g} as often" in "\n".join(lines)
     pm.unregister(name="kz_models")  # no plugin with a faster decoder: transformers alone
     assert _with_decoders({"generation": "transformers generate"}, pm)["generation"] == "transformers generate"
 

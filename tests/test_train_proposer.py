@@ -85,3 +85,47 @@ def test_duplicate_module_in_the_same_step_gets_the_penalty(pool, tmp_path):
     rewards = reward(prompts=[[]] * 2, completions=[module, module], apis=[["ReLU"], ["ReLU"]], chat_index=[0, 0])
     assert rewards == [1.0, -1.0]
     assert [r.failed_gate for r in read_pool(tmp_path / "pool.jsonl")] == [None, "duplicate"]
+
+
+def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, monkeypatch):
+    """[proposer] unseen_weight: the phase's API sets lean to the APIs of the Proposer's examples, the cold
+    start's problems and the Coder's tasks; the phase reports how many that is."""
+    pytest.importorskip("datasets")
+    import types
+
+    import attrs
+
+    from kzcore.train import proposer_phase
+    from kzcore.train.config import TrainConfig
+    from kzcore.types import Phase
+
+    seen = {}
+
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
+        seen["apis"] = dataset["apis"]
+        return {"steps": 1}
+
+    relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+    config = TrainConfig()
+    config = attrs.evolve(
+        config,
+        proposer=attrs.evolve(config.proposer, unseen_weight=0.001, set_size=(1, 1)),
+        proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=64, num_generations=1),
+    )
+    trainer = types.SimpleNamespace(
+        config=config, pm=None, pool=None, language="triton", coder_prompt=None,
+        pool_path=lambda: tmp_path / "pool.jsonl", latest_checkpoint=lambda role: f"{role}-ckpt",
+        policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
+        coldstart_problems=lambda: [relu], tasks=[relu],
+    )  # fmt: skip
+    monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
+    (tmp_path / "phase").mkdir()
+    (tmp_path / "phase" / "rewards.jsonl").write_text("")
+    metrics = proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), tmp_path / "phase")
+    catalog = load_catalog()
+    from kzcore.proposer.prompt import load_examples
+
+    known = proposer_phase.known_apis(catalog, [p for p, _ in load_examples(catalog)] + [relu])
+    assert "ReLU" in known and 20 < len(known) < len(catalog.apis) and metrics["known_apis"] == len(known)
+    # 64 single-API sets: with 0.001 for an unseen API, about 1 in 3 of ~80 unseen would show up in 64 draws
+    assert len(seen["apis"]) == 64 and sum(apis[0] not in known for apis in seen["apis"]) <= 3

@@ -24,7 +24,10 @@ class SamplerConfig:
     API's weight is ``1 + failure_boost * failure(api)`` (see api_weights). ``replay_prob``: the chance that a
     set is the API set of a failed task (when there is one), extended by one API half of the time.
     ``fail_threshold``: a task counts as failed when its latest pass rate is at most this.
-    ``exclusive_groups``: groups that contribute at most one API to a set (a module has one loss)."""
+    ``exclusive_groups``: groups that contribute at most one API to a set (a module has one loss).
+    ``unseen_weight``: a curriculum: the weight of an API that neither ``known_apis`` (e.g. those the Proposer's
+    examples and cold start use) nor any accepted task uses is multiplied by this; 1 (default) draws every API
+    alike. Below 1 the Proposer starts on APIs it has seen and the draw widens as modules using others pass."""
 
     min_size: int = 1
     max_size: int = 4
@@ -32,6 +35,8 @@ class SamplerConfig:
     replay_prob: float = 0.25
     fail_threshold: float = 0.25
     exclusive_groups: tuple[str, ...] = ("loss",)
+    known_apis: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    unseen_weight: float = 1.0
 
     def __attrs_post_init__(self):
         if not 1 <= self.min_size <= self.max_size:
@@ -40,6 +45,8 @@ class SamplerConfig:
             raise SamplerError(f"failure_boost must be >= 0, got {self.failure_boost}")
         if not 0.0 <= self.replay_prob <= 1.0:
             raise SamplerError(f"replay_prob must lie in [0, 1], got {self.replay_prob}")
+        if not 0.0 < self.unseen_weight <= 1.0:
+            raise SamplerError(f"unseen_weight must lie in (0, 1], got {self.unseen_weight}")
 
 
 def coder_failure(record: TaskRecord) -> float | None:
@@ -112,6 +119,9 @@ def sample_api_sets(
     """``n`` API sets (names in catalog order), weighted by ``history`` as configured."""
     rng = rng if isinstance(rng, random.Random) else random.Random(rng)
     weights = api_weights(catalog, history, config.failure_boost)
+    if config.unseen_weight != 1.0:
+        seen = config.known_apis | {name for record in history if record.accepted for name in record.apis}
+        weights = {name: w if name in seen else w * config.unseen_weight for name, w in weights.items()}
     known = set(catalog.names)
     failed = [(tuple(a for a in apis if a in known), f) for apis, f in failed_api_sets(history, config.fail_threshold)]
     failed = [(apis, f) for apis, f in failed if apis and f > 0]

@@ -104,6 +104,14 @@ class ProposerSection:
     # (built-in and verified variants, held-out ones excluded) as answers to the Proposer prompt for their own
     # API sets. 0: none. Needs the Proposer's own model ([models] proposer other than "same").
     cold_start_steps: int = 0
+    # a curriculum for the API sets: an API that no Proposer example, [problems] tasks problem or accepted module
+    # uses is drawn this much as often (kzcore.proposer.sampler); 1: every API alike (the method's draw)
+    unseen_weight: float = attrs.field(default=1.0)
+
+    @unseen_weight.validator
+    def _unseen(self, attribute, value) -> None:
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"unseen_weight must lie in (0, 1], got {value!r}")
 
 
 @attrs.frozen

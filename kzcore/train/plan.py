@@ -144,6 +144,7 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             "probe": config.heldout.probe,
         },
         "proposer_cold_start_steps": config.proposer.cold_start_steps,
+        "proposer_unseen_weight": config.proposer.unseen_weight,
         "calibrate": config.task_mix.calibrate,
         "warnings": (
             [
@@ -210,6 +211,11 @@ def format_plan(plan: dict) -> list[str]:
     if plan["proposer_cold_start_steps"]:
         lines.append(
             f"Proposer cold start: {plan['proposer_cold_start_steps']} SFT steps on the cold start's modules, in the SFT phase"
+        )
+    if plan["proposer_unseen_weight"] != 1.0:
+        lines.append(
+            f"Proposer API sets: an API no example, cold-start or task module uses is drawn "
+            f"{plan['proposer_unseen_weight']:g} as often (the curriculum widens as modules are accepted)"
         )
     lines += [f"warning: {w}" for w in plan["warnings"]]
     return lines

@@ -24,7 +24,7 @@ from kzcore.jsonl import read_jsonl
 from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
-from kzcore.proposer.gates import AstGateConfig
+from kzcore.proposer.gates import AstGateConfig, apis_used
 from kzcore.proposer.pool import PassRate, TaskRecord, append_records, read_pool
 from kzcore.proposer.prompt import load_examples
 from kzcore.proposer.propose import ProposerRun
@@ -152,12 +152,20 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     seed = cfg.run.seed + 1000 * phase.round
     catalog = load_catalog()
     history = read_pool(trainer.pool_path()) if trainer.pool_path().exists() else []
+    examples = load_examples(catalog, pm=trainer.pm)
+    unseen = cfg.proposer.unseen_weight
+    if unseen != 1.0:  # what the Proposer has seen: its prompt's examples, the cold start's and the Coder's problems
+        known = known_apis(catalog, [p for p, _ in examples] + trainer.coldstart_problems() + list(trainer.tasks))
+    else:
+        known = frozenset()
+    sampler = SamplerConfig(
+        min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1], known_apis=known, unseen_weight=unseen
+    )
     run = ProposerRun(
         policy="proposer", catalog=catalog, seed=seed, round=phase.round,
-        check_problems=functools.partial(check_problems, pool=trainer.pool), config=cfg.eval,
-        sampler=SamplerConfig(min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1]),
+        check_problems=functools.partial(check_problems, pool=trainer.pool), config=cfg.eval, sampler=sampler,
         params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
-        example_pool=load_examples(catalog, pm=trainer.pm), history=history,
+        example_pool=examples, history=history,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
     )  # fmt: skip
     n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
@@ -183,4 +191,19 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     rows = read_jsonl(log_path)
     metrics["accepted"] = sum(r["accepted"] for r in rows)
     metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
+    if unseen != 1.0:
+        metrics["known_apis"] = len(known)
     return metrics
+
+
+def known_apis(catalog, problems) -> frozenset[str]:
+    """The catalog APIs the given problem modules use (a module that does not parse contributes none)."""
+    import ast
+
+    known: set[str] = set()
+    for problem in problems:
+        try:
+            known.update(apis_used(ast.parse(problem.source), catalog))
+        except SyntaxError:
+            continue
+    return frozenset(known)

@@ -199,6 +199,13 @@ class Trainer:
             metrics.update(self.proposer_cold_start(phase_dir))
         return {**base, **metrics, **self.evaluate_heldout(phase, phase_dir / "model")}
 
+    def coldstart_problems(self) -> list[Problem]:
+        """The cold start's problems, held-out ones excluded: the distill phase's verified ones (built-in and
+        variants) once it has run, ``[problems] coldstart`` before."""
+        verified = self.distill_dir / PROBLEMS_FILE
+        problems = load_problems(str(verified), pm=self.pm) if verified.exists() else self.coldstart
+        return [p for p in problems if (p.level, p.name) not in self._held]
+
     def proposer_cold_start(self, phase_dir: Path) -> dict:
         """The Proposer's cold start (``[proposer] cold_start_steps``): SFT of the Proposer's base on the cold
         start's problem modules, each the answer to the Proposer prompt for its own API set; the model goes to
@@ -206,9 +213,7 @@ class Trainer:
         from kzcore.proposer.catalog import load_catalog
         from kzcore.proposer.prompt import cold_start_rows, load_examples
 
-        verified = self.distill_dir / PROBLEMS_FILE
-        problems = load_problems(str(verified), pm=self.pm) if verified.exists() else self.coldstart
-        problems = [p for p in problems if (p.level, p.name) not in self._held]
+        problems = self.coldstart_problems()
         catalog = load_catalog()
         rows, counts = cold_start_rows(problems, catalog, load_examples(catalog, pm=self.pm), seed=self.config.run.seed)
         if not rows:
