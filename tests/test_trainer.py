@@ -5,6 +5,7 @@ the Proposer's modules filed in the task pool."""
 from __future__ import annotations
 
 import json
+import types
 
 import attrs
 import pytest
@@ -263,3 +264,21 @@ def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, ti
 def test_an_edge_weight_that_could_never_draw_a_task_is_refused(edge):
     with pytest.raises(ValueError, match="edge_weight must be positive"):
         TaskMixSection(builtin=1.0, edge_weight=edge)
+
+
+def test_scoring_fills_the_policys_batch_with_each_call(plugins, tmp_path, tiny):
+    """Held-out, probe and calibration sampling hand the policy enough prompts a call for its batch of rows:
+    4 samples each of 16 prompts for a 64-row batch, not 8 prompts (32 rows, decoded as long as 64)."""
+    from kzcore.train.scoring import prompts_per_call
+
+    pm = plugins("kz_triton", "kz_models")
+    cfg = config(tmp_path, tiny)
+    trainer = Trainer(attrs.evolve(cfg, plugins=PluginsSection(workers=1, generation="hf?batch_size=64")), pm=pm)
+    policy = trainer.policy_for(tiny)
+    try:
+        assert policy.batch_size == 64
+        assert prompts_per_call(policy, 4) == 16 and prompts_per_call(policy, 16) == 4
+        assert prompts_per_call(policy, 100) == 1  # more samples than rows: one prompt a call
+    finally:
+        policy.close()
+    assert prompts_per_call(types.SimpleNamespace(), 4) == 8  # a policy that batches its own way
