@@ -305,6 +305,12 @@ def main() -> int:
     )
     parser.add_argument("--gt-runs-1", type=int, default=2, help="ground truth: runs through a 1-worker-per-GPU pool")
     parser.add_argument("--gt-runs-4", type=int, default=5, help="ground truth: runs through a 4-workers-per-GPU pool")
+    parser.add_argument(
+        "--gt-placements",
+        type=int,
+        default=0,
+        help="ground truth: also time each kernel in this process on this many separate allocations of its inputs",
+    )
     args = parser.parse_args()
     if args.device == "auto":
         from kzcore.executors.local import resolve_device

@@ -14,6 +14,7 @@ self-reference ratio (bench/timing.py's section) within 1.00 +- 0.02.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -65,10 +66,8 @@ def cases(problems: dict, solutions: dict, full: str = FULL, device: str = "cuda
     return out
 
 
-def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
-    """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
-    import torch
-
+def _modules(case: dict, solution_source: str, workdir: Path) -> tuple:
+    """The case's problem module (at its size) and solution module, imported from files in ``workdir``."""
     from kzcore.evaluate.sizes import apply_profile
     from kzcore.problems import import_module_from_file
 
@@ -79,7 +78,69 @@ def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict
     solution_file.write_text(solution_source)
     problem = import_module_from_file(problem_file, f"gt_problem_{tag}")
     apply_profile(problem, case["size"])
-    solution = import_module_from_file(solution_file, f"gt_solution_{tag}")
+    return problem, import_module_from_file(solution_file, f"gt_solution_{tag}")
+
+
+def _wall_ms(fn, reps: int = 5) -> float:
+    """Median wall-clock milliseconds of ``fn`` (the CPU smoke run's stand-in for do_bench)."""
+    samples = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    return statistics.median(samples)
+
+
+def placements(case: dict, solution_source: str, device: str, workdir: Path, count: int) -> dict:
+    """do_bench (median, L2 flushed) of reference and candidate on ``count`` separate allocations of the same
+    inputs in this one process, every earlier allocation kept alive (and a spacer of a different size between
+    them) so each set lands on other memory. Separates "the kernel's speed depends on where its inputs lie"
+    from "it depends on the process" when the pool's runs disagree (issue 17: 22_MatVec's candidate read
+    0.489-0.568 ms from one worker process to the next while its reference varied < 0.6 %)."""
+    import torch
+
+    problem, solution = _modules(case, solution_source, workdir)
+    held, rows = [], []
+    with torch.device(device), torch.no_grad():
+        torch.manual_seed(0)
+        init = list(problem.get_init_inputs())
+        torch.manual_seed(0)
+        reference = problem.Model(*init)
+        torch.manual_seed(0)
+        candidate = solution.ModelNew(*init)
+        for i in range(count):
+            held.append(torch.empty((i + 1) * (3 << 18), dtype=torch.uint8))  # 0.75 MiB steps between the sets
+            torch.manual_seed(1)  # the same values every time: only their place changes
+            inputs = list(problem.get_inputs())
+            held.append(inputs)
+            ref, cand = functools.partial(reference, *inputs), functools.partial(candidate, *inputs)
+            if device == "cuda":
+                from triton.testing import do_bench
+
+                ref(), cand()
+                torch.cuda.synchronize()
+                ref_ms, cand_ms = do_bench(ref, return_mode="median"), do_bench(cand, return_mode="median")
+            else:
+                ref_ms, cand_ms = _wall_ms(ref), _wall_ms(cand)
+            first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+            rows.append({"ref_ms": ref_ms, "cand_ms": cand_ms, "address": None if first is None else first.data_ptr()})
+    del held
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "count": count,
+        "sets": rows,
+        "ref_cv": cv([r["ref_ms"] for r in rows]),
+        "cand_cv": cv([r["cand_ms"] for r in rows]),
+        "speedup_cv": cv([r["ref_ms"] / r["cand_ms"] for r in rows]),
+    }
+
+
+def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
+    """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
+    import torch
+
+    problem, solution = _modules(case, solution_source, workdir)
     with torch.device(device), torch.no_grad():
         torch.manual_seed(0)
         init = list(problem.get_init_inputs())
@@ -110,13 +171,7 @@ def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict
                 except Exception as exc:  # a candidate a CUDA graph cannot capture: recorded, not fatal
                     out[key] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         else:
-            samples = {"ref": [], "cand": []}
-            for _ in range(5):
-                for key, fn in (("ref", ref), ("cand", cand)):
-                    t = time.perf_counter()
-                    fn()
-                    samples[key].append((time.perf_counter() - t) * 1000)
-            ref_ms, cand_ms = statistics.median(samples["ref"]), statistics.median(samples["cand"])
+            ref_ms, cand_ms = _wall_ms(ref), _wall_ms(cand)
             out["do_bench"] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms, "wall": True}
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -186,6 +241,16 @@ def ground_truth(bench, args) -> dict:
             truth[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         d = truth[case["label"]].get("do_bench", {})
         print(f"truth {case['label']:28s} do_bench ref {d.get('ref_ms')} cand {d.get('cand_ms')}", file=sys.stderr)
+    placed = {}
+    for case in case_list if getattr(args, "gt_placements", 0) else []:
+        try:
+            placed[case["label"]] = placements(
+                case, bench.solutions[case["name"]].source, args.device, workdir, args.gt_placements
+            )
+        except Exception as exc:  # out of memory for several copies of a large input: recorded, not fatal
+            placed[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        p = placed[case["label"]]
+        print(f"placements {case['label']:28s} cand cv {p.get('cand_cv')} ref cv {p.get('ref_cv')}", file=sys.stderr)
     pools = {}
     for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
         if runs:
@@ -197,6 +262,8 @@ def ground_truth(bench, args) -> dict:
         t = truth[label]
         db, cg = t.get("do_bench", {}), t.get("cudagraph", {})
         row = {"kernel": label, "size": case["size"], "do_bench": db, "cudagraph": cg, "error": t.get("error")}
+        if label in placed:
+            row["placements"] = placed[label]
         us = 1000 * min(db["ref_ms"], db["cand_ms"]) if "ref_ms" in db else None
         row["min_us"] = us
         row["held_to_targets"] = us is not None and us >= MIN_US

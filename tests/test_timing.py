@@ -95,14 +95,15 @@ def test_timing_runs_with_the_instrumentation_off_the_launch_path(tmp_path):
 @pytest.mark.slow
 def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     """bench/timing.py --ground-truth end to end on the CPU (interpreter, wall clocks): the record has, per
-    kernel, the in-process measurement and the pool's speedups with 1 and 4 workers per GPU."""
+    kernel, the in-process measurement, the pool's speedups with 1 and 4 workers per GPU, and the in-process
+    times on separate allocations of the inputs."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "gt.json"
     cmd = [sys.executable, "bench/timing.py", "--device", "cpu", "--ground-truth", "--gt-problems", "1_ReLU",
-           "--gt-runs-1", "1", "--gt-runs-4", "2", "--out", str(out)]  # fmt: skip
+           "--gt-runs-1", "1", "--gt-runs-4", "2", "--gt-placements", "2", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -111,3 +112,7 @@ def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     assert row["kernel"] == "1_ReLU@small" and row["do_bench"]["ref_ms"] > 0
     assert row["kz_1w"]["statuses"] == ["correct"] and len(row["kz_4w"]["speedups"]) == 2
     assert "vs_do_bench" in row["kz_4w"]
+    # the same kernel on two allocations of its inputs in the bench process, each kept while the next is made
+    placed = row["placements"]
+    assert placed["count"] == 2 and len(placed["sets"]) == 2 and all(r["cand_ms"] > 0 for r in placed["sets"])
+    assert len({r["address"] for r in placed["sets"]}) == 2 and placed["cand_cv"] is not None
