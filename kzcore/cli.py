@@ -107,7 +107,7 @@ def _cmd_suite(args) -> int:
         return 0
     problems = _load_problems(args.spec, args.kernelbench)
     if args.suite_cmd == "check":
-        return _suite_check(problems, args, console)
+        return _suite_check(_only(problems, args.only, args.spec), args, console)
     if args.name:
         matches = [p for p in problems if p.name == args.name or p.key == args.name]
         if not matches:
@@ -121,6 +121,18 @@ def _cmd_suite(args) -> int:
         table.add_row(str(p.level), p.name, ", ".join(_size_profiles(p.source)))
     console.print(table)
     return 0
+
+
+def _only(problems, names: str | None, spec: str) -> list:
+    """The problems named in the comma-separated ``names`` (a name or a level/name key), in the suite's order;
+    all when ``names`` is None. A name the suite lacks is an error naming it."""
+    if names is None:
+        return problems
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    missing = [n for n in wanted if not any(n in (p.name, p.key) for p in problems)]
+    if missing or not wanted:
+        raise KzError(f"--only: no problem {', '.join(map(repr, missing)) or '(none named)'} in {spec}")
+    return [p for p in problems if p.name in wanted or p.key in wanted]
 
 
 def _suite_check(problems, args, console) -> int:
@@ -656,6 +668,10 @@ def _builtin_commands(sub) -> None:
         help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
     )  # fmt: skip
     check.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
+    check.add_argument(
+        "--only", default=None, metavar="NAMES",
+        help="check only these problems (comma-separated names or level/name keys), e.g. to re-check a few alone",
+    )  # fmt: skip
     check.set_defaults(func=_cmd_suite, name=None)
 
     ev = sub.add_parser(

@@ -105,6 +105,19 @@ def test_kz_suite_check_reports_failures(tmp_path, capsys):
     rows = {row["key"]: row for row in map(json.loads, report.read_text().splitlines())}
     assert rows["level1/1_Good"]["ok"] is True
     assert rows["level1/2_Zero"]["ok"] is False and rows["level1/2_Zero"]["degenerate"] is True
+    # --only: a few problems of the suite (by name or key), e.g. re-checked alone after running out of memory
+    assert (
+        main(["suite", "check", str(tmp_path), "--workers", "1", "--only", "level1/2_Zero", "--out", str(report)]) == 0
+    )
+    assert [json.loads(x)["key"] for x in report.read_text().splitlines()] == ["level1/2_Zero"]
+    assert "0 of 1 problems pass every check" in capsys.readouterr().out
+
+
+def test_kz_suite_check_only_names_a_problem_the_suite_lacks(tmp_path, capsys):
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "1_Good.py").write_text(CASES["good"][0])
+    assert main(["suite", "check", str(tmp_path), "--only", "1_Good,9_Missing"]) == 1
+    assert "--only: no problem '9_Missing'" in capsys.readouterr().err
 
 
 def test_memory_budget(tmp_path):
