@@ -77,3 +77,6 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
     assert metrics["steps"] == 1 and 0 <= metrics["generation_seconds"] <= metrics["train_seconds"]
     assert seen == {"generate": False, "update": before}
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    # a trainer that never calls the model's generate (TRL with vLLM): no generation time is claimed
+    monkeypatch.setattr(FakeGRPOTrainer, "train", lambda self: None)
+    assert coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path)["generation_seconds"] is None

@@ -234,7 +234,8 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
         # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)
         "frac_reward_zero_std": mean("frac_reward_zero_std"),
         "train_seconds": round(seconds, 3),
-        "generation_seconds": round(timed.seconds, 3),  # inside train_seconds: every generate call, end to end
+        # inside train_seconds: every generate call, end to end; None when TRL never called it (vLLM generates)
+        "generation_seconds": round(timed.seconds, 3) if timed.calls else None,
     }
 
 
@@ -278,7 +279,7 @@ def run_coder_phase(
     between = [r["between_calls_seconds"] for r in rows if r.get("between_calls_seconds") is not None]
     metrics["between_calls_seconds"] = round(sum(between), 3)  # generation + updates, after the first call
     # the rest of the phase: the optimizer steps (forward and backward of the scored completions) and TRL's own work
-    metrics["update_seconds"] = round(
-        metrics["train_seconds"] - metrics["generation_seconds"] - metrics["eval_seconds"], 3
-    )
+    if metrics.get("generation_seconds") is not None:
+        rest = metrics["train_seconds"] - metrics["generation_seconds"] - metrics["eval_seconds"]
+        metrics["update_seconds"] = round(rest, 3)
     return metrics
