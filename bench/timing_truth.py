@@ -81,6 +81,18 @@ def _modules(case: dict, solution_source: str, workdir: Path) -> tuple:
     return problem, import_module_from_file(solution_file, f"gt_solution_{tag}")
 
 
+def _models(problem, solution) -> tuple:
+    """The reference and the candidate, built from the same seeded init inputs (call on the target device)."""
+    import torch
+
+    torch.manual_seed(0)
+    init = list(problem.get_init_inputs())
+    torch.manual_seed(0)
+    reference = problem.Model(*init)
+    torch.manual_seed(0)
+    return reference, solution.ModelNew(*init)
+
+
 def _wall_ms(fn, reps: int = 5) -> float:
     """Median wall-clock milliseconds of ``fn`` (the CPU smoke run's stand-in for do_bench)."""
     samples = []
@@ -102,12 +114,7 @@ def placements(case: dict, solution_source: str, device: str, workdir: Path, cou
     problem, solution = _modules(case, solution_source, workdir)
     held, rows = [], []
     with torch.device(device), torch.no_grad():
-        torch.manual_seed(0)
-        init = list(problem.get_init_inputs())
-        torch.manual_seed(0)
-        reference = problem.Model(*init)
-        torch.manual_seed(0)
-        candidate = solution.ModelNew(*init)
+        reference, candidate = _models(problem, solution)
         for i in range(count):
             held.append(torch.empty((i + 1) * (3 << 18), dtype=torch.uint8))  # 0.75 MiB steps between the sets
             torch.manual_seed(1)  # the same values every time: only their place changes
@@ -142,12 +149,7 @@ def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict
 
     problem, solution = _modules(case, solution_source, workdir)
     with torch.device(device), torch.no_grad():
-        torch.manual_seed(0)
-        init = list(problem.get_init_inputs())
-        torch.manual_seed(0)
-        reference = problem.Model(*init)
-        torch.manual_seed(0)
-        candidate = solution.ModelNew(*init)
+        reference, candidate = _models(problem, solution)
         torch.manual_seed(1)
         inputs = list(problem.get_inputs())
 

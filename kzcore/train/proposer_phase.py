@@ -154,10 +154,11 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     history = read_pool(trainer.pool_path()) if trainer.pool_path().exists() else []
     examples = load_examples(catalog, pm=trainer.pm)
     unseen = cfg.proposer.unseen_weight
-    if unseen != 1.0:  # what the Proposer has seen: its prompt's examples, the cold start's and the Coder's problems
-        known = known_apis(catalog, [p for p, _ in examples] + trainer.coldstart_problems() + list(trainer.tasks))
-    else:
-        known = frozenset()
+    known: frozenset[str] = frozenset()
+    if unseen != 1.0:  # what the Proposer has seen: its prompt's examples (APIs known), the cold start's and the
+        # Coder's problems (the "coldstart" tasks are among the cold start's: each module parsed once)
+        problems = {(p.level, p.name): p for p in [*trainer.coldstart_problems(), *trainer.tasks]}
+        known = known.union(*(apis for _, apis in examples)) | known_apis(catalog, problems.values())
     sampler = SamplerConfig(
         min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1], known_apis=known, unseen_weight=unseen
     )
