@@ -398,7 +398,8 @@ def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
             "kernels": truth["kernels"],
             "held_to_targets": truth["held_to_targets"],
             "worst": truth["worst"],
-            "ok_vs_do_bench": truth["ok_vs_do_bench"],
+            "ok_vs_truth": truth["ok_vs_truth"],
+            "do_bench_times_the_host": [r["kernel"] for r in truth["do_bench_times_the_host"]],
             "ok_cv": truth["ok_cv"],
             "self_reference_max_dev": self_ref["max_dev"],
             "ok_self_reference": self_ref["ok"],
@@ -413,7 +414,8 @@ def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
     s = report["summary"]
     print(f"timing ground truth on {report['device']}{' (smoke: not performance figures)' if smoke else ''}")
     print(f"  {s['held_to_targets']} of {s['kernels']} kernels held to the targets; worst per pool: {s['worst']}")
-    print(f"  |kz / do_bench - 1| <= {TARGET_REL:.0%}: {s['ok_vs_do_bench']}   CV (4 workers) <= 2 %: {s['ok_cv']}")
+    print(f"  |kz / truth - 1| <= {TARGET_REL:.0%}: {s['ok_vs_truth']}   CV (4 workers) <= 2 %: {s['ok_cv']}")
+    print(f"  truth from the flushed graph replay (do_bench waits on the host): {s['do_bench_times_the_host']}")
     print(f"  self-reference max |ratio - 1| {s['self_reference_max_dev']} (target <= {TARGET_SELF_REF})")
     print(f"  total {report['total_s']} s")
     return 0

@@ -1,13 +1,17 @@
 """Ground truth for the evaluator's speedups (``bench/timing.py --ground-truth``): for each kernel, the speedup
 ``kz eval`` files (through a worker pool, with 1 and with 4 workers per GPU) next to the speedup measured in
-this process, with the same modules and inputs, by triton's ``do_bench`` (median; L2 flushed each call) and
-``do_bench_cudagraph`` (median of graph replays; no flush, so it reads L2-warm on inputs that fit in L2).
+this process, with the same modules and inputs, by triton's ``do_bench`` (median; L2 flushed each call),
+``do_bench_cudagraph`` (median of graph replays; no flush, so it reads L2-warm on inputs that fit in L2) and a
+flushed graph replay (`_flushed_graph_ms`: L2-cold like do_bench, with no launch in it like graph replay).
 
 Kernels: the built-in Triton solutions at full size (level 1 and the level-2 GEMM and conv fusions) and
 memory-bound ones at sizes chosen for 15-100 us (``MID``) and tiny ones (the ``small`` profile, a few us),
 which stay in the record but outside the targets (below ``MIN_US``).
 
-Targets (issue 17): |kz / do_bench - 1| <= 5 % for every kernel of >= 20 us (median over runs), speedup CV
+A kernel's truth (`truth_for`) is do_bench, unless the host takes longer to queue a call than the GPU takes to
+flush and run it: then do_bench times the host, and the flushed graph replay is the truth.
+
+Targets (issue 17): |kz / truth - 1| <= 5 % for every kernel of >= 20 us (median over runs), speedup CV
 <= 2 % over 5 runs with 4 workers per GPU while the other workers compile (TRITON_ALWAYS_COMPILE=1), and the
 self-reference ratio (bench/timing.py's section) within 1.00 +- 0.02.
 """
@@ -23,6 +27,7 @@ import time
 from pathlib import Path
 
 TARGET_REL = 0.05
+HOST_MARGIN_US = 10.0  # as the evaluator's timer: a launch queued just in time still needs a few us
 TARGET_CV = 0.02
 MIN_US = 20.0  # kernels faster than this are recorded, not held to the targets
 # memory-bound kernels at sizes between the `small` profile (a few us) and full size (0.2-1 ms)
@@ -143,6 +148,77 @@ def placements(case: dict, solution_source: str, device: str, workdir: Path, cou
     }
 
 
+def _host_us(fn, reps: int = 21) -> float:
+    """Median microseconds the host takes to queue one call of ``fn`` (the GPU idle before each)."""
+    import torch
+
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def _flush_us(reps: int = 11) -> float:
+    """Median GPU microseconds of do_bench's own L2 flush: the time a call's launch can hide behind."""
+    import torch
+    from triton import runtime
+
+    cache = runtime.driver.active.get_empty_cache_for_benchmark()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(reps):
+        start.record()
+        runtime.driver.active.clear_cache(cache)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000)
+    return statistics.median(samples)
+
+
+def _flushed_graph_ms(fn, calls: int = 10, replays: int = 25) -> float:
+    """Milliseconds of one call of ``fn`` under CUDA-graph replay with an L2 flush (do_bench's 256 MB write) in
+    front of every call inside the graph, less a graph of the flushes alone: L2-cold as do_bench, and no launch
+    or host gap in it at all, however slow the host. Independent of the evaluator's timer (no events around a
+    call, no GPU-side wait)."""
+    import torch
+
+    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # first calls outside the capture (allocator blocks, lazy handles)
+        fn()
+        flush.zero_()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    both, alone = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(both):
+        for _ in range(calls):
+            flush.zero_()
+            fn()
+    with torch.cuda.graph(alone):
+        for _ in range(calls):
+            flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def replay(graph) -> float:
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    with_calls, flushes = [], []
+    for _ in range(replays):
+        with_calls.append(replay(both))
+        flushes.append(replay(alone))
+    del both, alone
+    return max(statistics.median(with_calls) - statistics.median(flushes), 1e-6) / calls
+
+
 def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
     """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
     import torch
@@ -165,6 +241,13 @@ def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict
 
             ref(), cand()
             torch.cuda.synchronize()
+            out["host_us"] = {"ref": _host_us(ref), "cand": _host_us(cand)}
+            out["flush_us"] = _flush_us()
+            try:
+                ref_ms, cand_ms = _flushed_graph_ms(ref), _flushed_graph_ms(cand)
+                out["flushed_graph"] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms}
+            except Exception as exc:  # a forward a CUDA graph cannot capture: recorded, not fatal
+                out["flushed_graph"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
             for key, bench in (("do_bench", do_bench), ("cudagraph", do_bench_cudagraph)):
                 try:
                     ref_ms = bench(ref, return_mode="median")
@@ -264,9 +347,12 @@ def ground_truth(bench, args) -> dict:
         t = truth[label]
         db, cg = t.get("do_bench", {}), t.get("cudagraph", {})
         row = {"kernel": label, "size": case["size"], "do_bench": db, "cudagraph": cg, "error": t.get("error")}
+        row["flushed_graph"] = t.get("flushed_graph", {})
         if label in placed:
             row["placements"] = placed[label]
-        us = 1000 * min(db["ref_ms"], db["cand_ms"]) if "ref_ms" in db else None
+        row.update(truth_for(t))
+        ms = t.get(row["truth"], {})
+        us = 1000 * min(ms["ref_ms"], ms["cand_ms"]) if "ref_ms" in ms else None
         row["min_us"] = us
         row["held_to_targets"] = us is not None and us >= MIN_US
         for per_gpu, pool in pools.items():
@@ -286,6 +372,10 @@ def ground_truth(bench, args) -> dict:
             }
             if med is not None and db.get("speedup"):
                 entry["vs_do_bench"] = med / db["speedup"]
+            if med is not None and row["flushed_graph"].get("speedup"):
+                entry["vs_flushed_graph"] = med / row["flushed_graph"]["speedup"]
+            if med is not None and t.get(row["truth"], {}).get("speedup"):
+                entry["vs_truth"] = med / t[row["truth"]]["speedup"]
             if med is not None and cg.get("speedup"):
                 entry["vs_cudagraph"] = med / cg["speedup"]
             row[f"kz_{per_gpu}w"] = entry
@@ -293,17 +383,21 @@ def ground_truth(bench, args) -> dict:
         print(_line(row), file=sys.stderr)
     held = [r for r in rows if r["held_to_targets"]]
     worst = {}
+    hidden = [r for r in held if r["truth"] == "do_bench"]  # rows where do_bench's flush hides the host
     for per_gpu in pools:
-        devs = [abs(r[f"kz_{per_gpu}w"].get("vs_do_bench", float("inf")) - 1.0) for r in held]
-        cvs = [r[f"kz_{per_gpu}w"]["speedup_cv"] for r in held]
+        key = f"kz_{per_gpu}w"
+        devs = [abs(r[key].get("vs_truth", float("inf")) - 1.0) for r in held]
+        db_devs = [abs(r[key].get("vs_do_bench", float("inf")) - 1.0) for r in hidden]
+        cvs = [r[key]["speedup_cv"] for r in held]
         worst[f"{per_gpu}w"] = {
-            "max_dev_vs_do_bench": max(devs) if devs else None,
+            "max_dev_vs_truth": max(devs) if devs else None,
+            "max_dev_vs_do_bench": max(db_devs) if db_devs else None,
             "max_speedup_cv": max((c for c in cvs if c is not None), default=None),
             "cv_missing": sum(c is None for c in cvs),
             "within_5pct": sum(d <= TARGET_REL for d in devs),
         }
     ok = bool(held) and all(
-        worst[k]["max_dev_vs_do_bench"] is not None and worst[k]["max_dev_vs_do_bench"] <= TARGET_REL for k in worst
+        worst[k]["max_dev_vs_truth"] is not None and worst[k]["max_dev_vs_truth"] <= TARGET_REL for k in worst
     )
     four = worst.get("4w")
     ok_cv = (
@@ -318,27 +412,50 @@ def ground_truth(bench, args) -> dict:
         "min_us": MIN_US,
         "targets": {"rel": TARGET_REL, "cv_4_workers": TARGET_CV},
         "worst": worst,
-        "ok_vs_do_bench": ok,
+        "ok_vs_truth": ok,
         "ok_cv": ok_cv,
+        "do_bench_times_the_host": [
+            {"kernel": r["kernel"], "host_us": r["host_us"], "flush_us": r["flush_us"]}
+            for r in rows if r["truth"] != "do_bench"
+        ],
         "pools": {f"{k}w": {"pool_start_s": v["pool_start_s"], "wall_s": v["wall_s"]} for k, v in pools.items()},
         "rows": rows,
         "wall_s": round(time.perf_counter() - t0, 2),
     }  # fmt: skip
 
 
+def truth_for(measured: dict) -> dict:
+    """Which direct measurement is a kernel's ground truth: do_bench (median, L2 flushed) when the host keeps
+    ahead of it, as the issue's target assumes; else the flushed graph replay (`_flushed_graph_ms`), which never
+    waits on the host. do_bench queues flush, events and call back to back without waiting; when the host takes
+    longer to queue one call than the GPU takes to flush and run it, the GPU waits for the host and do_bench
+    times the host. Session 11's H200 VM took ~100 us to queue a Triton launch: 1_ReLU@mid read 0.76x under
+    do_bench and 1.00x under graph replay (session 7's host: 1.00x under both)."""
+    host, flush_us, graph = measured.get("host_us"), measured.get("flush_us"), measured.get("flushed_graph", {})
+    fields = {"host_us": host, "flush_us": flush_us, "truth": "do_bench"}
+    if host and flush_us and "speedup" in graph:
+        gpu_us = {"ref": 1000 * graph["ref_ms"], "cand": 1000 * graph["cand_ms"]}
+        if any(host[side] + HOST_MARGIN_US > flush_us + gpu_us[side] for side in ("ref", "cand")):
+            fields["truth"] = "flushed_graph"
+    return fields
+
+
 def _line(row: dict) -> str:
     db = row["do_bench"].get("speedup")
     cg = row["cudagraph"].get("speedup")
+    fg = row.get("flushed_graph", {}).get("speedup")
     parts = [
         f"{row['kernel']:28s}",
         f"min {row['min_us'] or 0:8.1f} us",
         f"do_bench {db or 0:6.3f}x",
         f"graph {cg or 0:6.3f}x",
+        f"flushed graph {fg or 0:6.3f}x",
+        f"truth {row.get('truth', '-')}",
     ]
     for key in ("kz_1w", "kz_4w"):
         if key in row:
             e = row[key]
             parts.append(
-                f"{key} {e['speedup_median'] or 0:6.3f}x ({(e.get('vs_do_bench') or 0):.3f}, cv {100 * (e['speedup_cv'] or 0):.2f}%)"
+                f"{key} {e['speedup_median'] or 0:6.3f}x ({(e.get('vs_truth') or 0):.3f}, cv {100 * (e['speedup_cv'] or 0):.2f}%)"
             )
     return "  ".join(parts)  # fmt: skip

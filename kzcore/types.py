@@ -162,9 +162,10 @@ class EvalConfig:
     )
     max_timing_s: float = _setting(10.0, "seconds the timed pairs of one candidate may take: fewer reps beyond it")
     flush_l2: bool = _setting(True, "flushing L2 (a 256 MB write) before each timed call")
-    # Queued after the flush, before the start event: the host's launch of the timed call hides behind it
+    # Queued after the flush, before the start event: the host's queueing of the timed call hides behind it;
+    # raised for a side whose calls the host takes longer to queue (kzcore.builtins.timing.LaunchCover)
     launch_cover_us: float = _setting(
-        100.0, "GPU-side wait (us) before each timed call, so its launch latency is not timed (GPU)",
+        100.0, "first GPU-side wait (us) before each timed call, raised while the host queues a call slower (GPU)",
         attrs.validators.ge(0),
     )  # fmt: skip
     tf32: bool = _setting(False, "allow TF32 in the reference")

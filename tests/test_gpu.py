@@ -273,3 +273,77 @@ def test_time_cuda_agrees_with_triton_do_bench_and_with_itself():
     warm = attrs.evolve(config, flush_l2=False)  # graph replay does not flush L2 either
     ours = time_cuda(tiny, tiny, warm).ref_ms
     assert abs(ours - replayed) <= max(0.10 * replayed, 0.003), (ours, replayed)
+
+
+def _busy_us(us: float) -> None:
+    import time
+
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_slow_host_is_not_timed_however_slow_its_launches_are():
+    """A forward whose host path takes 400 us before its ~20 us kernel (a slow Python launcher, a busy CPU), and
+    one that spends 60 us of host time between each of its 5 kernels, both time as their kernels' GPU time (the
+    same kernels queued by a fast host under CUDA-graph replay): the cover in front of each timed call grows until
+    the host has queued the whole call before the start event fires. Before, a fixed 100 us wait let the host's
+    excess into every sample (issue 17: Triton candidates read 5-12 % slow in some worker processes)."""
+    import attrs
+    import torch
+    from triton.testing import do_bench_cudagraph
+
+    from kzcore.builtins.timing import time_cuda
+
+    x = torch.randn(1 << 23, device="cuda")  # 32 MiB
+
+    def fast():
+        return x * 2.0
+
+    def slow():
+        _busy_us(400)
+        return x * 2.0
+
+    def five():
+        y = x
+        for _ in range(5):
+            y = y * 1.0001
+        return y
+
+    def gappy():
+        y = x
+        for _ in range(5):
+            _busy_us(60)
+            y = y * 1.0001
+        return y
+
+    config = attrs.evolve(EvalConfig(device="cuda"), flush_l2=False)  # graph replay does not flush L2 either
+    with torch.cuda.stream(torch.cuda.Stream()):  # graphs capture on a side stream
+        one, many = do_bench_cudagraph(fast, return_mode="median"), do_bench_cudagraph(five, return_mode="median")
+    for fn, truth in ((slow, one), (gappy, many)):
+        timing = time_cuda(fn, fast, config)
+        assert abs(timing.ref_ms - truth) <= max(0.10 * truth, 0.003), (fn.__name__, timing, truth)
+        assert "launch cover raised" in timing.note and "hold host time" not in timing.note, timing.note
+
+
+def test_a_forward_that_waits_on_the_gpu_is_timed_without_hanging_and_says_so():
+    """A forward that synchronizes can never be queued ahead of the GPU: the timer raises its cover a few times,
+    then keeps the samples as measured (they hold the host's wait) and says so in the note."""
+    import time
+
+    import torch
+
+    from kzcore.builtins.timing import time_cuda
+
+    x = torch.randn(1 << 23, device="cuda")
+
+    def syncing():
+        y = x * 2.0
+        torch.cuda.synchronize()
+        return y
+
+    t0 = time.perf_counter()
+    timing = time_cuda(syncing, lambda: x * 2.0, EvalConfig(device="cuda", reps=30, min_reps=30))
+    assert time.perf_counter() - t0 < 30
+    assert timing.ref_ms and timing.ref_ms > timing.cand_ms, timing
+    assert "reference sample(s) hold host time" in timing.note, timing.note

@@ -1,13 +1,22 @@
-"""The timing loop's early stop (kzcore.builtins.timing.interleaved), driven by a fake timer on the CPU."""
+"""The timing loop's early stop (kzcore.builtins.timing.interleaved), driven by a fake timer on the CPU, and the
+launch cover's rule (LaunchCover: when a sample holds host time, how the wait in front of it grows)."""
 
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import pytest
 
-from kzcore.builtins.timing import interleaved, median_rel_error
+from kzcore.builtins.timing import (
+    COVER_RAISES,
+    HOST_MARGIN_US,
+    MAX_COVER_US,
+    LaunchCover,
+    interleaved,
+    median_rel_error,
+)
 from kzcore.types import EvalConfig
 
 
@@ -66,6 +75,52 @@ def test_median_rel_error_shrinks_with_more_samples_and_is_infinite_for_few():
     assert median_rel_error([1.0, 2.0]) == float("inf")
 
 
+def test_a_call_queued_before_the_gpu_reached_the_start_event_is_covered():
+    cover = LaunchCover(100.0)
+    flush_us, wait_us = 75.0, 100.0
+    assert cover.covered(60.0, flush_us + wait_us)  # a torch op: queued long before the wait ends
+    assert cover.covered(175.0 - HOST_MARGIN_US, flush_us + wait_us)
+    assert not cover.covered(175.0 - HOST_MARGIN_US + 1, flush_us + wait_us)  # its launch would be timed
+    assert cover.host_max_us == 175.0 - HOST_MARGIN_US + 1 and cover.summary("candidate") == ""
+
+
+def test_an_uncovered_call_raises_the_wait_enough_to_cover_it_with_the_clock_corrected():
+    cover = LaunchCover(100.0)
+    # the host took 400 us to queue; the GPU waited only 25 us of the 100 asked (cycles calibrated at a low clock)
+    assert not cover.covered(400.0, 75.0 + 25.0)
+    assert cover.raise_for(400.0, flush_us=75.0, wait_us=25.0)
+    needed_on_gpu = 400.0 + HOST_MARGIN_US - 75.0
+    got_on_gpu = cover.requested_us * 25.0 / 100.0  # what the raised request gives at the same clock
+    assert got_on_gpu >= needed_on_gpu
+    assert cover.covered(400.0, 75.0 + got_on_gpu)  # the same call, taken again, is covered
+    assert "raised to" in cover.summary("candidate") and "400 us" in cover.summary("candidate")
+
+
+def test_a_forward_that_waits_on_the_gpu_stops_raising_and_is_counted():
+    """A forward that synchronizes takes the host as long as the GPU's whole wait, however long: the cover is
+    raised a few times, then samples are kept as measured and the note says so."""
+    cover = LaunchCover(100.0)
+    raised = 0
+    for _ in range(10):
+        wait = cover.requested_us
+        host = 75.0 + wait + 30.0  # the host waits for the flush, the wait and the kernel
+        if cover.covered(host, 75.0 + wait):
+            break
+        if not cover.raise_for(host, 75.0, wait):
+            cover.uncovered += 1
+            continue
+        raised += 1
+    assert raised == COVER_RAISES and cover.uncovered == 10 - COVER_RAISES
+    assert cover.requested_us <= MAX_COVER_US
+    assert "hold host time" in cover.summary("candidate")
+
+
+def test_the_cover_never_grows_past_its_cap():
+    cover = LaunchCover(100.0)
+    assert cover.raise_for(10 * MAX_COVER_US, 75.0, 100.0) and cover.requested_us == MAX_COVER_US
+    assert not cover.raise_for(10 * MAX_COVER_US, 75.0, MAX_COVER_US)
+
+
 def test_timing_runs_with_the_instrumentation_off_the_launch_path(tmp_path):
     """The Triton plugin's LaunchCounter: bare() puts each kernel's own run back (no counting wrapper on the
     timed path) and re-instruments afterwards; a plain callable from a plugin becomes a LaunchCounter."""
@@ -111,8 +166,26 @@ def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     (row,) = report["ground_truth"]["rows"]
     assert row["kernel"] == "1_ReLU@small" and row["do_bench"]["ref_ms"] > 0
     assert row["kz_1w"]["statuses"] == ["correct"] and len(row["kz_4w"]["speedups"]) == 2
-    assert "vs_do_bench" in row["kz_4w"]
+    assert "vs_do_bench" in row["kz_4w"] and row["truth"] == "do_bench" and "vs_truth" in row["kz_4w"]
     # the same kernel on two allocations of its inputs in the bench process, each kept while the next is made
     placed = row["placements"]
     assert placed["count"] == 2 and len(placed["sets"]) == 2 and all(r["cand_ms"] > 0 for r in placed["sets"])
     assert len({r["address"] for r in placed["sets"]}) == 2 and placed["cand_cv"] is not None
+
+
+def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
+    """do_bench times the host once queueing a call takes longer than the GPU's flush and kernel: then the
+    flushed graph replay is the truth (figures as measured on an H200 VM, session 11: a Triton launch ~100 us)."""
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    try:
+        from bench.timing_truth import truth_for
+    finally:
+        sys.path.pop(0)
+    graph = {"flushed_graph": {"ref_ms": 0.0375, "cand_ms": 0.0372, "speedup": 1.008}}
+    slow_launch = {"host_us": {"ref": 12.0, "cand": 100.0}, "flush_us": 64.0, **graph}
+    assert truth_for(slow_launch)["truth"] == "flushed_graph"
+    quick = {"host_us": {"ref": 12.0, "cand": 40.0}, "flush_us": 64.0, **graph}
+    assert truth_for(quick)["truth"] == "do_bench"
+    long_kernel = {**slow_launch, "flushed_graph": {"ref_ms": 0.5, "cand_ms": 0.5, "speedup": 1.0}}
+    assert truth_for(long_kernel)["truth"] == "do_bench"  # the host queues the next call while this one runs
+    assert truth_for({"do_bench": {"speedup": 1.0}})["truth"] == "do_bench"  # CPU smoke: nothing else measured

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import statistics
+import time
+
+import attrs
 
 from kzcore import hookimpl
 from kzcore.types import Timing
@@ -52,7 +55,8 @@ def interleaved(timed, reference, candidate, reps: int, config) -> tuple[list[fl
 
 @functools.cache
 def spin_cycles_per_us() -> float:
-    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU, measured once per process."""
+    """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU, measured once per process (a first
+    guess: the clock may change later, so each timed call measures the wait it got and the cover corrects)."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -66,28 +70,97 @@ def spin_cycles_per_us() -> float:
     return cycles / max(start.elapsed_time(end) * 1000.0, 1e-3)
 
 
+HOST_MARGIN_US = 10.0  # a launch queued just before the start event still needs a few us to reach the GPU
+MAX_COVER_US = 20_000.0  # a call the host takes longer than this to queue keeps its host time in its samples
+COVER_RAISES = 4  # raises of one side's cover per timing; a forward that waits on the GPU never fits any cover
+
+
+@attrs.define
+class LaunchCover:
+    """The GPU-side wait in front of one side's timed calls. A sample is *covered* when the host had queued the
+    whole call before the GPU reached the start event: ``host_us`` (queueing the flush, the wait, the start
+    event and the call) plus a margin is within ``lead_us`` (the flush and the wait, measured on the GPU by
+    events). Then the events hold the kernels' GPU time and nothing of the host, however slow the host is
+    (a busy CPU, a slow Python launcher, a multi-kernel forward's launches between its kernels). An uncovered
+    sample raises the wait and is taken again; after ``COVER_RAISES`` raises or at ``MAX_COVER_US`` samples are
+    kept as measured and counted (a forward that synchronizes can never be covered)."""
+
+    requested_us: float
+    raises: int = 0
+    retaken: int = 0
+    uncovered: int = 0
+    host_max_us: float = 0.0
+
+    def cycles(self, cycles_per_us: float) -> int:
+        return int(self.requested_us * cycles_per_us)
+
+    def covered(self, host_us: float, lead_us: float) -> bool:
+        self.host_max_us = max(self.host_max_us, host_us)
+        return host_us + HOST_MARGIN_US <= lead_us
+
+    def raise_for(self, host_us: float, flush_us: float, wait_us: float) -> bool:
+        """Raise the wait so a call as slow to queue as this one fits, with a quarter to spare; the wait got
+        (``wait_us``) against the wait asked for corrects a stale cycle calibration. False when no raise is left."""
+        if self.raises >= COVER_RAISES or self.requested_us >= MAX_COVER_US:
+            return False
+        rate = wait_us / self.requested_us if self.requested_us > 0 and wait_us > 0 else 1.0
+        needed = (host_us + HOST_MARGIN_US - flush_us) * 1.25 + 20.0  # wait that would have covered, on the GPU
+        self.requested_us = min(MAX_COVER_US, max(self.requested_us * 1.5, needed / max(rate, 0.05)))
+        self.raises += 1
+        return True
+
+    def summary(self, side: str) -> str:
+        """A timing note: samples that still hold host time, or a cover raised for a slow host (else "")."""
+        if self.uncovered:
+            return (
+                f"{self.uncovered} {side} sample(s) hold host time: queueing a call took up to "
+                f"{self.host_max_us:.0f} us, more than a {self.requested_us:.0f} us cover hides (a forward that "
+                "waits on the GPU, or a very slow launch path)"
+            )
+        if self.raises:
+            return f"{side} launch cover raised to {self.requested_us:.0f} us (queueing took up to {self.host_max_us:.0f} us)"
+        return ""
+
+
 def time_cuda(reference, candidate, config) -> Timing:
-    """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait of
-    ``launch_cover_us``, then the start event, the call and the end event, queued back to back on the
-    current stream and only then waited for. The host's launch latency hides behind the flush and the wait,
-    as in triton's do_bench, so the events measure the kernels' GPU time and nothing of the host's round trip.
-    Work the call leaves running on another stream is outside the events: the GPU-work stage refuses it."""
+    """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait (``launch_cover_us`` at
+    first), then the start event, the call and the end event, queued back to back on the current stream and
+    only then waited for. The host's queueing of the call hides behind the flush and the wait, as the first
+    launch does in triton's do_bench, and every sample checks that it did (`LaunchCover`): a call the host took
+    longer to queue than the GPU waited is taken again behind a longer wait. So the events hold the kernels'
+    GPU time, launches and the gaps between a forward's kernels excluded, as under CUDA-graph replay, whatever
+    the host's speed. Work the call leaves running on another stream is outside the events: the GPU-work stage
+    refuses it."""
     import torch
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if config.flush_l2 else None
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cover = int(config.launch_cover_us * spin_cycles_per_us()) if config.launch_cover_us > 0 else 0
+    lead, flushed, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    rate = spin_cycles_per_us() if config.launch_cover_us > 0 else 0.0
+    covers = {}
 
     def timed(fn) -> float:
-        if flush is not None:
-            flush.zero_()
-        if cover:
-            torch.cuda._sleep(cover)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
-        return start.elapsed_time(end)
+        cover = covers.setdefault(id(fn), LaunchCover(config.launch_cover_us))
+        while True:
+            t0 = time.perf_counter()
+            lead.record()
+            if flush is not None:
+                flush.zero_()
+            flushed.record()
+            if cover.requested_us > 0 and rate:
+                torch.cuda._sleep(cover.cycles(rate))
+            start.record()
+            fn()
+            host_us = (time.perf_counter() - t0) * 1e6
+            end.record()
+            torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
+            flush_us, wait_us = lead.elapsed_time(flushed) * 1000, flushed.elapsed_time(start) * 1000
+            if cover.covered(host_us, flush_us + wait_us):
+                return start.elapsed_time(end)
+            if cover.raise_for(host_us, flush_us, wait_us):
+                cover.retaken += 1
+                continue
+            cover.uncovered += 1
+            return start.elapsed_time(end)
 
     for _ in range(config.warmup):
         reference()
@@ -99,7 +172,9 @@ def time_cuda(reference, candidate, config) -> Timing:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
         note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
     ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
-    note = "; ".join(x for x in (note, stop_note) if x)
+    ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
+    cover_notes = (ref_cover.summary("reference"), cand_cover.summary("candidate"))
+    note = "; ".join(x for x in (note, stop_note, *cover_notes) if x)
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
         cand_ms=max(statistics.median(cand_ms), 1e-6),
