@@ -182,9 +182,9 @@ def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
     finally:
         sys.path.pop(0)
     graph = {"flushed_graph": {"ref_ms": 0.0375, "cand_ms": 0.0372, "speedup": 1.008}}
-    slow_launch = {"host_us": {"ref": 12.0, "cand": 100.0}, "flush_us": 64.0, **graph}
+    slow_launch = {"iteration_host_us": {"ref": 30.0, "cand": 110.0}, "flush_us": 64.0, **graph}
     assert truth_for(slow_launch)["truth"] == "flushed_graph"
-    quick = {"host_us": {"ref": 12.0, "cand": 40.0}, "flush_us": 64.0, **graph}
+    quick = {"iteration_host_us": {"ref": 30.0, "cand": 60.0}, "flush_us": 64.0, **graph}
     assert truth_for(quick)["truth"] == "do_bench"
     long_kernel = {**slow_launch, "flushed_graph": {"ref_ms": 0.5, "cand_ms": 0.5, "speedup": 1.0}}
     assert truth_for(long_kernel)["truth"] == "do_bench"  # the host queues the next call while this one runs
