@@ -275,10 +275,11 @@ def kz_time_candidate(
         path while this hook runs: ``LaunchCounter.bare``).
     :param config: warm-up, repetitions, L2 flush, launch cover, time budget.
     :return: a ``Timing``. The core's default on CUDA interleaves the two; before each call it flushes L2
-        and queues a GPU-side wait (``launch_cover_us``), then records the start event, makes the call and
-        records the end event on the calling stream at once, and only then synchronizes, so the events hold
-        the kernels' GPU time and none of the host's round trip; on CPU it returns a Timing with no figures
-        and a note saying why.
+        and queues a GPU-side wait (``launch_cover_us`` at first), then records the start event, makes the
+        call and records the end event on the calling stream at once, and only then synchronizes; a sample
+        the host took longer to queue than the flush and the wait lasted is taken again behind a longer wait,
+        so the events hold the kernels' GPU time and none of the host's; on CPU it returns a Timing with no
+        figures and a note saying why.
 
     Stops at first non-None result.
     """
