@@ -115,6 +115,11 @@ def test_a_forward_that_waits_on_the_gpu_stops_raising_and_is_counted():
     assert "hold host time" in cover.summary("candidate")
 
 
+def test_a_cover_turned_off_keeps_every_sample_as_measured():
+    cover = LaunchCover(0.0)  # --launch-cover-us 0
+    assert cover.covered(500.0, 75.0) and cover.summary("reference") == ""
+
+
 def test_the_cover_never_grows_past_its_cap():
     cover = LaunchCover(100.0)
     assert cover.raise_for(10 * MAX_COVER_US, 75.0, 100.0) and cover.requested_us == MAX_COVER_US

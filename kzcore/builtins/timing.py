@@ -95,8 +95,10 @@ class LaunchCover:
         return int(self.requested_us * cycles_per_us)
 
     def covered(self, host_us: float, lead_us: float) -> bool:
+        """Whether the sample holds none of the host's time. Always true with ``launch_cover_us = 0``: the
+        user turned the wait off, and samples are kept as measured, none taken again."""
         self.host_max_us = max(self.host_max_us, host_us)
-        return host_us + HOST_MARGIN_US <= lead_us
+        return self.requested_us <= 0 or host_us + HOST_MARGIN_US <= lead_us
 
     def raise_for(self, host_us: float, flush_us: float, wait_us: float) -> bool:
         """Raise the wait so a call as slow to queue as this one fits, with a quarter to spare; the wait got
