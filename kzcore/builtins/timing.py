@@ -120,7 +120,10 @@ class LaunchCover:
                 "waits on the GPU, or a very slow launch path)"
             )
         if self.raises:
-            return f"{side} launch cover raised to {self.requested_us:.0f} us (queueing took up to {self.host_max_us:.0f} us)"
+            return (
+                f"{side} launch cover raised to {self.requested_us:.0f} us (queueing took up to "
+                f"{self.host_max_us:.0f} us; {self.retaken} sample(s) taken again)"
+            )
         return ""
 
 
@@ -175,7 +178,10 @@ def time_cuda(reference, candidate, config) -> Timing:
         note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
     ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
     ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
-    cover_notes = (ref_cover.summary("reference"), cand_cover.summary("candidate"))
+    if ref_cover is cand_cover:  # one callable timed against itself (the identity check)
+        cover_notes = (ref_cover.summary("reference and candidate"),)
+    else:
+        cover_notes = (ref_cover.summary("reference"), cand_cover.summary("candidate"))
     note = "; ".join(x for x in (note, stop_note, *cover_notes) if x)
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
