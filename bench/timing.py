@@ -311,6 +311,17 @@ def main() -> int:
         default=0,
         help="ground truth: also time each kernel in this process on this many separate allocations of its inputs",
     )
+    parser.add_argument(
+        "--gt-processes",
+        type=int,
+        default=0,
+        help="ground truth: also time the --gt-process-kernels with do_bench in this many fresh processes",
+    )
+    parser.add_argument(
+        "--gt-process-kernels",
+        default="22_MatVec@full,18_L1NormRows@full,13_LayerNorm@full,1_ReLU@full",
+        help="ground truth: the kernels (label@size) --gt-processes times",
+    )
     args = parser.parse_args()
     if args.device == "auto":
         from kzcore.executors.local import resolve_device

@@ -238,6 +238,71 @@ def _flushed_graph_ms(fn, calls: int = 10, replays: int = 25) -> float:
     return max(statistics.median(with_calls) - statistics.median(flushes), 1e-6) / calls
 
 
+def _one_process(cases_and_sources: list, device: str, workdir: str) -> dict:
+    """In a fresh process (spawned: its own CUDA context, its own allocations): do_bench (median, L2 flushed;
+    wall-clock medians on a CPU) of every case's reference and candidate, and the SM clock when NVML answers."""
+    import torch
+
+    out = {"pid": os.getpid(), "rows": {}}
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # as the evaluator's workers run the reference
+        torch.backends.cudnn.allow_tf32 = False
+    for case, source in cases_and_sources:
+        problem, solution = _modules(case, source, Path(workdir))
+        with torch.device(device), torch.no_grad():
+            reference, candidate = _models(problem, solution)
+            torch.manual_seed(1)
+            inputs = list(problem.get_inputs())
+            ref, cand = functools.partial(reference, *inputs), functools.partial(candidate, *inputs)
+            row = {}
+            if device == "cuda":
+                from triton.testing import do_bench
+
+                ref(), cand()
+                torch.cuda.synchronize()
+                row["ref_ms"], row["cand_ms"] = (
+                    do_bench(ref, return_mode="median"),
+                    do_bench(cand, return_mode="median"),
+                )
+                try:
+                    row["sm_clock_mhz"] = torch.cuda.clock_rate()
+                except Exception:  # no NVML binding here
+                    row["sm_clock_mhz"] = None
+            else:
+                row["ref_ms"], row["cand_ms"] = _wall_ms(ref), _wall_ms(cand)
+        del inputs, reference, candidate
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        out["rows"][case["label"]] = row
+    return out
+
+
+def processes(cases_and_sources: list, device: str, workdir: Path, count: int) -> dict:
+    """do_bench of the named kernels in ``count`` fresh processes, one after another: label -> the per-process
+    times and their CVs. Tells whether a kernel's speed belongs to the process it runs in (its CUDA context,
+    the memory it is given) for every timer, or only for the evaluator's (issue 17: 22_MatVec's candidate read
+    0.485-0.545 ms from one evaluator worker to the next, its reference < 1 % apart)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    runs = []
+    for _ in range(count):
+        with context.Pool(1) as pool:  # a new process each time
+            runs.append(pool.apply(_one_process, (cases_and_sources, device, str(workdir))))
+    out = {}
+    for case, _source in cases_and_sources:
+        label = case["label"]
+        sets = [{"pid": r["pid"], **r["rows"][label]} for r in runs]
+        out[label] = {
+            "count": count,
+            "sets": sets,
+            "ref_cv": cv([x["ref_ms"] for x in sets]),
+            "cand_cv": cv([x["cand_ms"] for x in sets]),
+            "speedup_cv": cv([x["ref_ms"] / x["cand_ms"] for x in sets]),
+        }
+    return out
+
+
 def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
     """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
     import torch
@@ -356,6 +421,13 @@ def ground_truth(bench, args) -> dict:
             placed[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         p = placed[case["label"]]
         print(f"placements {case['label']:28s} cand cv {p.get('cand_cv')} ref cv {p.get('ref_cv')}", file=sys.stderr)
+    spread = {}
+    if getattr(args, "gt_processes", 0):
+        named = set(args.gt_process_kernels.split(","))
+        chosen = [(c, bench.solutions[c["name"]].source) for c in case_list if c["label"] in named]
+        spread = processes(chosen, args.device, workdir, args.gt_processes) if chosen else {}
+        for label, p in spread.items():
+            print(f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']}", file=sys.stderr)
     pools = {}
     for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
         if runs:
@@ -370,6 +442,8 @@ def ground_truth(bench, args) -> dict:
         row["flushed_graph"] = t.get("flushed_graph", {})
         if label in placed:
             row["placements"] = placed[label]
+        if label in spread:
+            row["processes"] = spread[label]
         row.update(truth_for(t))
         ms = t.get(row["truth"], {})
         us = 1000 * min(ms["ref_ms"], ms["cand_ms"]) if "ref_ms" in ms else None

@@ -155,15 +155,16 @@ def test_timing_runs_with_the_instrumentation_off_the_launch_path(tmp_path):
 @pytest.mark.slow
 def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     """bench/timing.py --ground-truth end to end on the CPU (interpreter, wall clocks): the record has, per
-    kernel, the in-process measurement, the pool's speedups with 1 and 4 workers per GPU, and the in-process
-    times on separate allocations of the inputs."""
+    kernel, the in-process measurement, the pool's speedups with 1 and 4 workers per GPU, the in-process
+    times on separate allocations of the inputs and the times in fresh processes."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "gt.json"
     cmd = [sys.executable, "bench/timing.py", "--device", "cpu", "--ground-truth", "--gt-problems", "1_ReLU",
-           "--gt-runs-1", "1", "--gt-runs-4", "2", "--gt-placements", "2", "--out", str(out)]  # fmt: skip
+           "--gt-runs-1", "1", "--gt-runs-4", "2", "--gt-placements", "2", "--gt-processes", "2",
+           "--gt-process-kernels", "1_ReLU@small", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -176,6 +177,10 @@ def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     placed = row["placements"]
     assert placed["count"] == 2 and len(placed["sets"]) == 2 and all(r["cand_ms"] > 0 for r in placed["sets"])
     assert len({r["address"] for r in placed["sets"]}) == 2 and placed["cand_cv"] is not None
+    # and in two fresh processes, one after the other
+    spread = row["processes"]
+    assert spread["count"] == 2 and len({r["pid"] for r in spread["sets"]}) == 2
+    assert all(r["ref_ms"] > 0 and r["cand_ms"] > 0 for r in spread["sets"]) and spread["cand_cv"] is not None
 
 
 def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
