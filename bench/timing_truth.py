@@ -270,7 +270,7 @@ def _one_process(cases_and_sources: list, device: str, workdir: str) -> dict:
                     row["sm_clock_mhz"] = None
             else:
                 row["ref_ms"], row["cand_ms"] = _wall_ms(ref), _wall_ms(cand)
-        del inputs, reference, candidate
+        del ref, cand, inputs, reference, candidate  # the partials hold the inputs too
         if device == "cuda":
             torch.cuda.empty_cache()
         out["rows"][case["label"]] = row
