@@ -425,6 +425,9 @@ def ground_truth(bench, args) -> dict:
     if getattr(args, "gt_processes", 0):
         named = set(args.gt_process_kernels.split(","))
         chosen = [(c, bench.solutions[c["name"]].source) for c in case_list if c["label"] in named]
+        unknown = sorted(named - {c["label"] for c, _ in chosen})
+        if unknown:  # a label of another size or a problem not in this run: said, not silently skipped
+            print(f"--gt-process-kernels: not kernels of this run, skipped: {', '.join(unknown)}", file=sys.stderr)
         spread = processes(chosen, args.device, workdir, args.gt_processes) if chosen else {}
         for label, p in spread.items():
             print(f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']}", file=sys.stderr)

@@ -164,9 +164,10 @@ def test_ground_truth_bench_smoke_on_cpu(tmp_path):
     out = tmp_path / "gt.json"
     cmd = [sys.executable, "bench/timing.py", "--device", "cpu", "--ground-truth", "--gt-problems", "1_ReLU",
            "--gt-runs-1", "1", "--gt-runs-4", "2", "--gt-placements", "2", "--gt-processes", "2",
-           "--gt-process-kernels", "1_ReLU@small", "--out", str(out)]  # fmt: skip
+           "--gt-process-kernels", "1_ReLU@small,2_GELU@huge", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "not kernels of this run, skipped: 2_GELU@huge" in proc.stderr  # a label it cannot time is said
     report = json.loads(out.read_text())
     assert report["smoke"] is True and report["bench"] == "timing-ground-truth"
     (row,) = report["ground_truth"]["rows"]
