@@ -108,6 +108,20 @@ def _wall_ms(fn, reps: int = 5) -> float:
     return statistics.median(samples)
 
 
+def _pair_ms(reference, candidate, inputs: list, device: str) -> tuple[float, float]:
+    """do_bench medians (L2 flushed) of reference and candidate on ``inputs`` after one warm call each; on a CPU
+    (the smoke run) wall-clock medians."""
+    ref, cand = functools.partial(reference, *inputs), functools.partial(candidate, *inputs)
+    if device != "cuda":
+        return _wall_ms(ref), _wall_ms(cand)
+    import torch
+    from triton.testing import do_bench
+
+    ref(), cand()
+    torch.cuda.synchronize()
+    return do_bench(ref, return_mode="median"), do_bench(cand, return_mode="median")
+
+
 def placements(case: dict, solution_source: str, device: str, workdir: Path, count: int) -> dict:
     """do_bench (median, L2 flushed) of reference and candidate on ``count`` separate allocations of the same
     inputs in this one process, every earlier allocation kept alive (and a spacer of a different size between
@@ -125,15 +139,7 @@ def placements(case: dict, solution_source: str, device: str, workdir: Path, cou
             torch.manual_seed(1)  # the same values every time: only their place changes
             inputs = list(problem.get_inputs())
             held.append(inputs)
-            ref, cand = functools.partial(reference, *inputs), functools.partial(candidate, *inputs)
-            if device == "cuda":
-                from triton.testing import do_bench
-
-                ref(), cand()
-                torch.cuda.synchronize()
-                ref_ms, cand_ms = do_bench(ref, return_mode="median"), do_bench(cand, return_mode="median")
-            else:
-                ref_ms, cand_ms = _wall_ms(ref), _wall_ms(cand)
+            ref_ms, cand_ms = _pair_ms(reference, candidate, inputs, device)
             first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
             rows.append({"ref_ms": ref_ms, "cand_ms": cand_ms, "address": None if first is None else first.data_ptr()})
     del held
@@ -253,24 +259,13 @@ def _one_process(cases_and_sources: list, device: str, workdir: str) -> dict:
             reference, candidate = _models(problem, solution)
             torch.manual_seed(1)
             inputs = list(problem.get_inputs())
-            ref, cand = functools.partial(reference, *inputs), functools.partial(candidate, *inputs)
-            row = {}
+            row = dict(zip(("ref_ms", "cand_ms"), _pair_ms(reference, candidate, inputs, device)))
             if device == "cuda":
-                from triton.testing import do_bench
-
-                ref(), cand()
-                torch.cuda.synchronize()
-                row["ref_ms"], row["cand_ms"] = (
-                    do_bench(ref, return_mode="median"),
-                    do_bench(cand, return_mode="median"),
-                )
                 try:
                     row["sm_clock_mhz"] = torch.cuda.clock_rate()
                 except Exception:  # no NVML binding here
                     row["sm_clock_mhz"] = None
-            else:
-                row["ref_ms"], row["cand_ms"] = _wall_ms(ref), _wall_ms(cand)
-        del ref, cand, inputs, reference, candidate  # the partials hold the inputs too
+        del inputs, reference, candidate
         if device == "cuda":
             torch.cuda.empty_cache()
         out["rows"][case["label"]] = row
