@@ -244,9 +244,11 @@ def _flushed_graph_ms(fn, calls: int = 10, replays: int = 25) -> float:
     return max(statistics.median(with_calls) - statistics.median(flushes), 1e-6) / calls
 
 
-def _one_process(cases_and_sources: list, device: str, workdir: str) -> dict:
+def _one_process(cases_and_sources: list, device: str, workdir: str, within: int = 0) -> dict:
     """In a fresh process (spawned: its own CUDA context, its own allocations): do_bench (median, L2 flushed;
-    wall-clock medians on a CPU) of every case's reference and candidate, and the SM clock when NVML answers."""
+    wall-clock medians on a CPU) of every case's reference and candidate, the SM clock when NVML answers, and
+    with ``within`` > 0 the same on that many more allocations in this process (`placements`): the spread
+    within one process beside the spread from one process to the next."""
     import torch
 
     out = {"pid": os.getpid(), "rows": {}}
@@ -268,11 +270,13 @@ def _one_process(cases_and_sources: list, device: str, workdir: str) -> dict:
         del inputs, reference, candidate
         if device == "cuda":
             torch.cuda.empty_cache()
+        if within:
+            row["placements"] = placements(case, source, device, Path(workdir), within)
         out["rows"][case["label"]] = row
     return out
 
 
-def processes(cases_and_sources: list, device: str, workdir: Path, count: int) -> dict:
+def processes(cases_and_sources: list, device: str, workdir: Path, count: int, within: int = 3) -> dict:
     """do_bench of the named kernels in ``count`` fresh processes, one after another: label -> the per-process
     times and their CVs. Tells whether a kernel's speed belongs to the process it runs in (its CUDA context,
     the memory it is given) for every timer, or only for the evaluator's (issue 17: 22_MatVec's candidate read
@@ -283,7 +287,7 @@ def processes(cases_and_sources: list, device: str, workdir: Path, count: int) -
     runs = []
     for _ in range(count):
         with context.Pool(1) as pool:  # a new process each time
-            runs.append(pool.apply(_one_process, (cases_and_sources, device, str(workdir))))
+            runs.append(pool.apply(_one_process, (cases_and_sources, device, str(workdir), within)))
     out = {}
     for case, _source in cases_and_sources:
         label = case["label"]
@@ -294,6 +298,7 @@ def processes(cases_and_sources: list, device: str, workdir: Path, count: int) -
             "ref_cv": cv([x["ref_ms"] for x in sets]),
             "cand_cv": cv([x["cand_ms"] for x in sets]),
             "speedup_cv": cv([x["ref_ms"] / x["cand_ms"] for x in sets]),
+            "cand_cv_within": [x["placements"]["cand_cv"] for x in sets if "placements" in x],
         }
     return out
 
@@ -425,7 +430,11 @@ def ground_truth(bench, args) -> dict:
             print(f"--gt-process-kernels: not kernels of this run, skipped: {', '.join(unknown)}", file=sys.stderr)
         spread = processes(chosen, args.device, workdir, args.gt_processes) if chosen else {}
         for label, p in spread.items():
-            print(f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']}", file=sys.stderr)
+            within = ", ".join(f"{x:.4f}" for x in p["cand_cv_within"] if x is not None)
+            print(
+                f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']} (cand cv within each: {within})",
+                file=sys.stderr,
+            )
     pools = {}
     for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
         if runs:

@@ -1,0 +1,133 @@
+"""Does a kernel's speed depend on where its inputs lie, and which placements does it see? (issue 17)
+
+For one built-in problem and its Triton solution, do_bench (median, L2 flushed) of reference and candidate on
+the first input placed three ways in one process:
+
+- ``kept``: separate allocations, every earlier one kept alive (each a new piece of device memory);
+- ``offsets``: views into one larger buffer at growing byte offsets (the same allocation, shifted);
+- ``recycled``: allocate, time, free and give the cache back to the driver (``empty_cache``), again.
+
+On 2026-12-03 (H200) 22_MatVec's candidate read either ~0.490 or ~0.554 ms from one allocation to the next,
+in fresh processes and within one, while its cuBLAS reference stayed within 0.1 %. This probe tells the
+evaluator's timer which placements are cheap to sample (views into one buffer cost no second copy).
+
+    python bench/placement_probe.py --problem 22_MatVec --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILTIN = ROOT / "plugins/suites/kz_suites/builtin"
+MIB = 1 << 20
+OFFSETS_MIB = (0, 0.0625, 1, 2, 4, 6, 8, 16, 32, 64, 128, 256)
+
+
+def _load(problem: str, level: str):
+    from kzcore.problems import import_module_from_file
+
+    return (
+        import_module_from_file(BUILTIN / level / f"{problem}.py", f"probe_problem_{problem}"),
+        import_module_from_file(BUILTIN / "solutions/triton" / level / f"{problem}.py", f"probe_solution_{problem}"),
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--problem", default="22_MatVec")
+    ap.add_argument("--level", default="level1")
+    ap.add_argument("--kept", type=int, default=8, help="separate allocations kept alive")
+    ap.add_argument("--recycled", type=int, default=6, help="allocate / time / free + empty_cache cycles")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("placement_probe: needs a CUDA GPU (do_bench of device placements)", file=sys.stderr)
+        return 2
+    from triton.testing import do_bench
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    problem, solution = _load(args.problem, args.level)
+    t0 = time.perf_counter()
+    with torch.device("cuda"), torch.no_grad():
+        torch.manual_seed(0)
+        reference, candidate = problem.Model(*problem.get_init_inputs()), solution.ModelNew(*problem.get_init_inputs())
+        torch.manual_seed(1)
+        base = list(problem.get_inputs())
+        first, rest = base[0], base[1:]
+
+        def measure(x, how: str, where) -> dict:
+            ref, cand = (lambda: reference(x, *rest)), (lambda: candidate(x, *rest))
+            ref(), cand()
+            torch.cuda.synchronize()
+            row = {
+                "how": how,
+                "where": where,
+                "address": hex(x.data_ptr()),
+                "ref_ms": do_bench(ref, return_mode="median"),
+                "cand_ms": do_bench(cand, return_mode="median"),
+            }
+            print(f"{how:9s} {str(where):>10s} {row['address']}  ref {row['ref_ms']:.4f}  cand {row['cand_ms']:.4f}")
+            return row
+
+        rows = [measure(first, "base", 0)]
+        held = []
+        for i in range(args.kept):
+            x = first.clone()
+            held.append(x)
+            rows.append(measure(x, "kept", i))
+        del held
+        torch.cuda.empty_cache()
+        nbytes = first.numel() * first.element_size()
+        buf = torch.empty(nbytes + int(max(OFFSETS_MIB) * MIB), dtype=torch.uint8)
+        for off in OFFSETS_MIB:
+            start = int(off * MIB)
+            view = buf[start : start + nbytes].view(first.dtype).view(first.shape)
+            view.copy_(first)
+            rows.append(measure(view, "offsets", off))
+        del buf, view
+        torch.cuda.empty_cache()
+        for i in range(args.recycled):
+            x = first.clone()
+            rows.append(measure(x, "recycled", i))
+            del x
+            torch.cuda.empty_cache()
+    summary = {}
+    for how in ("kept", "offsets", "recycled"):
+        cand = [r["cand_ms"] for r in rows if r["how"] == how]
+        ref = [r["ref_ms"] for r in rows if r["how"] == how]
+        if len(cand) > 1:
+            summary[how] = {
+                "cand_min": min(cand),
+                "cand_max": max(cand),
+                "cand_cv": statistics.pstdev(cand) / statistics.mean(cand),
+                "ref_cv": statistics.pstdev(ref) / statistics.mean(ref),
+            }
+    report = {
+        "bench": "placement-probe",
+        "problem": args.problem,
+        "gpu": torch.cuda.get_device_name(0),
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+        "summary": summary,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    for how, s in summary.items():
+        print(
+            f"{how}: cand {s['cand_min']:.4f}-{s['cand_max']:.4f} ms (cv {s['cand_cv']:.2%}), ref cv {s['ref_cv']:.2%}"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
