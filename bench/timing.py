@@ -94,6 +94,8 @@ def row(result, e2e_s: float, **extra) -> dict:
 
 class Bench:
     def __init__(self, args):
+        import attrs
+
         from kzcore.plugins import new_plugin_manager
         from kzcore.problems import load_problems, load_solutions
         from kzcore.types import EvalConfig
@@ -108,6 +110,10 @@ class Bench:
             c.problem: c for c in load_solutions("builtin", list(self.problems.values()), "triton", pm=self.pm)
         }
         self.config = EvalConfig(device=args.device, timeout_s=args.timeout)
+        if args.timing_placements is not None:  # the evaluator's and the ground truth's placements alike
+            self.config = attrs.evolve(self.config, timing_placements=args.timing_placements)
+        if args.placement_shift_mib is not None:
+            self.config = attrs.evolve(self.config, placement_shift_mib=args.placement_shift_mib)
         self.pool = None
 
     def start(self) -> float:
@@ -295,6 +301,12 @@ def main() -> int:
     parser.add_argument("--forced", default="1_ReLU,19_Matmul", help="solutions put through a forced re-verification")
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--timing-placements", type=int, default=None, help="EvalConfig.timing_placements (default: its default)"
+    )
+    parser.add_argument(
+        "--placement-shift-mib", type=float, default=None, help="EvalConfig.placement_shift_mib (default: its default)"
+    )
     parser.add_argument(
         "--ground-truth",
         action="store_true",

@@ -303,46 +303,72 @@ def processes(cases_and_sources: list, device: str, workdir: Path, count: int, w
     return out
 
 
-def direct(case: dict, solution_source: str, device: str, workdir: Path) -> dict:
-    """do_bench and do_bench_cudagraph (GPU), or wall-clock medians (CPU smoke), of reference and candidate."""
+def _timers(count: int) -> tuple:
+    """(name, ms of one call of fn) for the three ground-truth timers, their budgets shared among ``count``
+    placements (do_bench's defaults: 25 ms warm-up, 100 ms of repetitions)."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    warmup, rep = max(5, 25 // count), max(20, 100 // count)
+    return (
+        ("flushed_graph", lambda fn: _flushed_graph_ms(fn, replays=max(5, 25 // count))),
+        ("do_bench", lambda fn: do_bench(fn, warmup=warmup, rep=rep, return_mode="median")),
+        ("cudagraph", lambda fn: do_bench_cudagraph(fn, rep=rep, return_mode="median")),
+    )
+
+
+def direct(
+    case: dict, solution_source: str, device: str, workdir: Path, count: int = 1, shift_mib: float = 0.0
+) -> dict:
+    """do_bench, do_bench_cudagraph and the flushed graph replay (GPU), or wall-clock medians (CPU smoke), of
+    reference and candidate on ``count`` placements of the inputs (kzcore.evaluate.placement, as the
+    evaluator's timer spreads its repetitions; both sides on the same placement each time, their budgets
+    shared among the placements): per timer, the mean of the per-placement figures, those kept beside it."""
     import torch
 
+    from kzcore.evaluate.placement import Placements, placement_count, tensor_bytes
+
     problem, solution = _modules(case, solution_source, workdir)
+    out: dict = {}
     with torch.device(device), torch.no_grad():
         reference, candidate = _models(problem, solution)
         torch.manual_seed(1)
         inputs = list(problem.get_inputs())
-
-        def ref():
-            return reference(*inputs)
-
-        def cand():
-            return candidate(*inputs)
-
-        out = {}
-        if device == "cuda":
-            from triton.testing import do_bench, do_bench_cudagraph
-
+        if device != "cuda":
+            count = 1
+        elif shift_mib <= 0:
+            count = placement_count(count, shift_mib, tensor_bytes(inputs), torch.cuda.mem_get_info()[0])
+        per: dict[str, list] = {}
+        timers = _timers(count) if device == "cuda" else ()
+        for j, placed in enumerate(Placements(inputs, count, shift_mib)):
+            ref, cand = functools.partial(reference, *placed), functools.partial(candidate, *placed)
+            if device != "cuda":
+                per.setdefault("do_bench", []).append((_wall_ms(ref), _wall_ms(cand)))
+                continue
             ref(), cand()
             torch.cuda.synchronize()
-            out["host_us"] = {"ref": _host_us(ref), "cand": _host_us(cand)}
-            out["iteration_host_us"] = {"ref": _iteration_host_us(ref), "cand": _iteration_host_us(cand)}
-            out["flush_us"] = _flush_us()
-            try:
-                ref_ms, cand_ms = _flushed_graph_ms(ref), _flushed_graph_ms(cand)
-                out["flushed_graph"] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms}
-            except Exception as exc:  # a forward a CUDA graph cannot capture: recorded, not fatal
-                out["flushed_graph"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
-            for key, bench in (("do_bench", do_bench), ("cudagraph", do_bench_cudagraph)):
+            if j == 0:
+                out["host_us"] = {"ref": _host_us(ref), "cand": _host_us(cand)}
+                out["iteration_host_us"] = {"ref": _iteration_host_us(ref), "cand": _iteration_host_us(cand)}
+                out["flush_us"] = _flush_us()
+            for key, timer in timers:
+                if key in out:  # failed on an earlier placement
+                    continue
                 try:
-                    ref_ms = bench(ref, return_mode="median")
-                    cand_ms = bench(cand, return_mode="median")
-                    out[key] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms}
-                except Exception as exc:  # a candidate a CUDA graph cannot capture: recorded, not fatal
+                    per.setdefault(key, []).append((timer(ref), timer(cand)))
+                except Exception as exc:  # a forward a CUDA graph cannot capture: recorded, not fatal
                     out[key] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
-        else:
-            ref_ms, cand_ms = _wall_ms(ref), _wall_ms(cand)
-            out["do_bench"] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms, "wall": True}
+        for key, pairs in per.items():
+            if key in out:
+                continue
+            ref_ms = statistics.mean(r for r, _ in pairs)
+            cand_ms = statistics.mean(c for _, c in pairs)
+            out[key] = {"ref_ms": ref_ms, "cand_ms": cand_ms, "speedup": ref_ms / cand_ms}
+            if len(pairs) > 1:
+                out[key]["placements"] = [{"ref_ms": r, "cand_ms": c} for r, c in pairs]
+            if device != "cuda":
+                out[key]["wall"] = True
+        out["placements"] = count
+        del inputs
     if device == "cuda":
         torch.cuda.empty_cache()
     return out
@@ -406,7 +432,14 @@ def ground_truth(bench, args) -> dict:
     truth = {}
     for case in case_list:
         try:
-            truth[case["label"]] = direct(case, bench.solutions[case["name"]].source, args.device, workdir)
+            truth[case["label"]] = direct(
+                case,
+                bench.solutions[case["name"]].source,
+                args.device,
+                workdir,
+                bench.config.timing_placements,
+                bench.config.placement_shift_mib,
+            )
         except Exception as exc:
             truth[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         d = truth[case["label"]].get("do_bench", {})

@@ -267,7 +267,11 @@ def kz_check_outputs(expected: Sequence[Any], actual: Sequence[Any], config: Eva
 def kz_time_candidate(
     device: str, reference: Callable[[], Any], candidate: Callable[[], Any], config: EvalConfig
 ) -> Timing | None:
-    """Time reference and candidate side by side in this worker.
+    """Time reference and candidate side by side in this worker, on one placement of their inputs.
+
+    The timing stage calls this once per placement (``EvalConfig.timing_placements``: the same values in other
+    device memory, since a kernel's speed can depend on where its inputs lie) and keeps the mean of the
+    returned medians; ``config`` then holds this placement's share of the repetitions and the time budget.
 
     :param device: ``"cuda"`` or ``"cpu"``.
     :param reference: runs one reference forward on prepared inputs.

@@ -168,6 +168,17 @@ class EvalConfig:
         100.0, "first GPU-side wait (us) before each timed call, raised while the host queues a call slower (GPU)",
         attrs.validators.ge(0),
     )  # fmt: skip
+    # A kernel's speed can depend on where its inputs lie (kzcore/evaluate/placement.py): each side is timed
+    # on this many placements of the same values, the repetitions shared among them, and the mean of the
+    # per-placement medians kept
+    timing_placements: int = _setting(
+        8, "placements of the inputs the timing is spread over (GPU; fewer where copies would not fit)",
+        attrs.validators.ge(1),
+    )  # fmt: skip
+    placement_shift_mib: float = _setting(
+        0.0, "0: each placement a separate copy of the inputs; N: views N MiB apart in one buffer per input",
+        attrs.validators.ge(0),
+    )  # fmt: skip
     tf32: bool = _setting(False, "allow TF32 in the reference")
     workers_per_gpu: int = _setting(
         1, "overlap compile/correctness of N workers per GPU; timing stays exclusive", attrs.validators.ge(1)

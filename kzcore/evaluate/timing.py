@@ -5,12 +5,44 @@ from __future__ import annotations
 
 import contextlib
 
+from kzcore.evaluate.placement import Placements, per_placement, placement_count, tensor_bytes
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import clone_inputs, refill
 from kzcore.types import Status
+from kzcore.types import Timing as TimingResult
 
 REVERIFY_TRIALS = 3  # extra trials on new seeds when a speedup is implausible
+PLACEMENT_NOTE_SPREAD = 0.02  # per-placement medians further apart than this are named in the timing note
 TIMING_FIELDS = ("ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note")
+
+
+def combine(timings: list[TimingResult]) -> TimingResult:
+    """One timing from the per-placement ones: the mean of their medians per side (each placement is one
+    draw of where the inputs lie; the mean is the speed to expect), the mean spreads, the repetitions summed,
+    the notes once each, and a note naming a side whose placements disagree by more than
+    ``PLACEMENT_NOTE_SPREAD``."""
+    if len(timings) == 1:
+        return timings[0]
+    notes: list[str] = []
+    for t in timings:
+        if t.note and t.note not in notes:
+            notes.append(t.note)
+    fields = {}
+    for side in ("ref", "cand"):
+        ms = [getattr(t, f"{side}_ms") for t in timings]
+        spreads = [getattr(t, f"{side}_spread") for t in timings]
+        if any(x is None for x in ms):  # a timer that measured nothing (a CPU): nothing to average
+            return TimingResult(reps=sum(t.reps for t in timings), note="; ".join(notes))
+        fields[f"{side}_ms"] = sum(ms) / len(ms)
+        fields[f"{side}_spread"] = None if None in spreads else sum(spreads) / len(spreads)
+        low, high = min(ms), max(ms)
+        if high > low * (1 + PLACEMENT_NOTE_SPREAD):
+            name = "reference" if side == "ref" else "candidate"
+            notes.append(
+                f"the {name}'s time depends on where its inputs lie: {low:.4g}-{high:.4g} ms over "
+                f"{len(ms)} placements (their mean kept)"
+            )
+    return TimingResult(**fields, reps=sum(t.reps for t in timings), note="; ".join(notes))
 
 
 class Timing(EvaluationState):
@@ -22,27 +54,48 @@ class Timing(EvaluationState):
             inputs = list(problem_mod.get_inputs())
         return clone_inputs(inputs), clone_inputs(inputs)
 
+    def placements(self, inputs) -> tuple[Placements, Placements]:
+        """Each side's placements for this timing (`placement`): ``timing_placements`` on a GPU, fewer where
+        separate copies of both sides' inputs would take too much of the free device memory; 1 on a CPU."""
+        ref_inputs, cand_inputs = inputs
+        count, shift = self.config.timing_placements, self.config.placement_shift_mib
+        if self.device != "cuda":
+            count = 1
+        elif count > 1 and shift <= 0:
+            import torch
+
+            free = torch.cuda.mem_get_info()[0]
+            count = placement_count(count, shift, tensor_bytes(ref_inputs) + tensor_bytes(cand_inputs), free)
+        return Placements(ref_inputs, count, shift), Placements(cand_inputs, count, shift)
+
     def timing(self, reference, candidate, inputs, launches) -> None:
         """Time reference against candidate, both called directly (the forward hooks resolved once) and the
-        candidate's launch instrumentation off its path (``launches.bare()``): timed as it runs outside."""
-        ref_inputs, cand_inputs = inputs
+        candidate's launch instrumentation off its path (``launches.bare()``): timed as it runs outside, on
+        each placement of the inputs in turn (`placements`), the repetitions shared among them."""
         run_reference, run_candidate = (
             self.direct_forward("reference", reference),
             self.direct_forward(self.language, candidate),
         )
+        ref_placed, cand_placed = self.placements(inputs)
+        config = per_placement(self.config, len(cand_placed))
+        timings = []
         with self.clock("timing"), launches.bare() if launches is not None else contextlib.nullcontext():
             try:
-                timing = self.pm.hook.kz_time_candidate(
-                    device=self.device,
-                    reference=lambda: run_reference(*ref_inputs),
-                    candidate=lambda: run_candidate(*cand_inputs),
-                    config=self.config,
-                )
+                for ref_inputs, cand_inputs in zip(ref_placed, cand_placed):
+                    timings.append(
+                        self.pm.hook.kz_time_candidate(
+                            device=self.device,
+                            reference=lambda r=ref_inputs: run_reference(*r),
+                            candidate=lambda c=cand_inputs: run_candidate(*c),
+                            config=config,
+                        )
+                    )
             except Exception as exc:
                 self.poisoned = is_fatal_device_error(exc)
                 raise Verdict(
                     Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, self.candidate_file)
                 ) from None
+        timing = combine(timings)
         self.fields.update(
             ref_ms=timing.ref_ms,
             cand_ms=timing.cand_ms,

@@ -1,0 +1,116 @@
+"""Where the timed inputs lie: a kernel's speed can depend on the device memory its inputs are given, so the
+timing stage times each side on several placements of the same values and keeps the mean of the
+per-placement medians. Neighbours: `timing` (the stage that uses it), ``bench/timing_truth.py`` (the ground
+truth, measured over the same placements).
+
+Measured on an H200 (2026-12-03, ``bench/placement_probe.py``): 22_MatVec's Triton candidate (1024 programs
+each reading 16 rows 128 KiB apart) ran 0.490 ms on some allocations of its 2 GiB input and 0.554 ms on
+others, in any process and under any timer, while its cuBLAS reference stayed within 0.1 %; timed on one
+allocation its speedup moved by 5 % from one evaluator worker to the next. Each placement is a coin flip, so
+the mean over ``count`` of them moves by about 1/sqrt(count) of that.
+
+Two ways to place (``EvalConfig.placement_shift_mib``):
+
+- 0: separate copies, every one kept alive while the others are timed (each is new device memory); their
+  number is capped so the copies take at most ``MEMORY_FRACTION`` of the free device memory.
+- N > 0: one buffer per tensor, N MiB longer per extra placement; placement j is a view at byte offset
+  j * N MiB, the values copied in just before it is timed (the views overlap, so only one is live at a time).
+  Costs N MiB per placement and tensor, whatever the input's size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+MIB = 1 << 20
+MEMORY_FRACTION = 0.25  # separate copies take at most this share of the free device memory
+
+
+def tensor_bytes(inputs: list) -> int:
+    import torch
+
+    return sum(x.untyped_storage().nbytes() for x in inputs if isinstance(x, torch.Tensor))
+
+
+def placement_count(requested: int, shift_mib: float, input_bytes: int, free_bytes: int | None) -> int:
+    """How many placements to time: ``requested``, fewer when separate copies (``shift_mib`` 0) of
+    ``input_bytes`` (both sides together) would take more than ``MEMORY_FRACTION`` of ``free_bytes``;
+    at least 1 (the inputs as they are)."""
+    if requested <= 1 or input_bytes <= 0:
+        return 1
+    if shift_mib > 0 or free_bytes is None:
+        return requested
+    return max(1, min(requested, 1 + int(MEMORY_FRACTION * free_bytes // input_bytes)))
+
+
+class Placements:
+    """``count`` placements of one input list. Iterating yields input lists, one per placement: the first is
+    ``inputs`` itself; the others hold the same values elsewhere (see the module's docstring). Non-tensor
+    inputs are passed as they are."""
+
+    def __init__(self, inputs: list, count: int, shift_mib: float = 0.0):
+        self.inputs = inputs
+        self.count = max(1, count)
+        self.shift = int(shift_mib * MIB)
+        self._buffers: list = []
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[list]:
+        yield self.inputs
+        if self.count == 1:
+            return
+        if self.shift <= 0:
+            yield from self._copies()
+        else:
+            yield from self._views()
+        self._buffers.clear()
+
+    def _copies(self) -> Iterator[list]:
+        from kzcore.evaluate.tensors import clone_inputs
+
+        for _ in range(1, self.count):
+            placed = clone_inputs(self.inputs)
+            self._buffers.append(placed)  # kept: the next copy must land on other memory
+            yield placed
+
+    def _views(self) -> Iterator[list]:
+        import torch
+
+        slots = {}
+        for i, x in enumerate(self.inputs):
+            if isinstance(x, torch.Tensor) and _dense(x):
+                nbytes = x.untyped_storage().nbytes()
+                buffer = torch.empty(nbytes + (self.count - 1) * self.shift, dtype=torch.uint8, device=x.device)
+                self._buffers.append(buffer)
+                slots[i] = (x, nbytes, buffer)
+        for j in range(1, self.count):
+            placed = list(self.inputs)
+            for i, (x, nbytes, buffer) in slots.items():
+                start = j * self.shift
+                view = buffer[start : start + nbytes].view(x.dtype).as_strided(x.shape, x.stride())
+                view.copy_(x)
+                placed[i] = view
+            yield placed
+
+
+def _dense(x) -> bool:
+    """``x`` starts its storage and covers it exactly (so a view with its strides over as many bytes holds
+    it). Others (a slice, an expanded tensor) stay where they are: moving them would change their layout."""
+    return x.storage_offset() == 0 and x.numel() * x.element_size() == x.untyped_storage().nbytes()
+
+
+def per_placement(config, count: int):
+    """``config`` for one of ``count`` placements: the repetitions and the time budget shared among them."""
+    import attrs
+
+    if count <= 1:
+        return config
+    return attrs.evolve(
+        config,
+        reps=max(1, math.ceil(config.reps / count)),
+        min_reps=max(1, math.ceil(config.min_reps / count)),
+        max_timing_s=config.max_timing_s / count,
+    )
