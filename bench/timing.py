@@ -334,7 +334,15 @@ def main() -> int:
         default="22_MatVec@full,18_L1NormRows@full,13_LayerNorm@full,1_ReLU@full",
         help="ground truth: the kernels (label@size) --gt-processes times",
     )
+    parser.add_argument(
+        "--rederive",
+        default=None,
+        metavar="FILE",
+        help="judge a recorded --ground-truth report again by this version's rules (nothing is measured)",
+    )
     args = parser.parse_args()
+    if args.rederive:
+        return rederive_main(args.rederive, args.out)
     if args.device == "auto":
         from kzcore.executors.local import resolve_device
 
@@ -405,7 +413,7 @@ def main() -> int:
 
 
 def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
-    from bench.timing_truth import TARGET_REL, ground_truth
+    from bench.timing_truth import ground_truth
     from kzcore.results import package_versions
 
     truth = ground_truth(bench, args)
@@ -417,25 +425,50 @@ def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
         "device": _device_name(args.device),
         "smoke": smoke,
         "packages": package_versions(),
-        "summary": {
-            "kernels": truth["kernels"],
-            "held_to_targets": truth["held_to_targets"],
-            "worst": truth["worst"],
-            "ok_vs_truth": truth["ok_vs_truth"],
-            "do_bench_times_the_host": [r["kernel"] for r in truth["do_bench_times_the_host"]],
-            "ok_cv": truth["ok_cv"],
-            "self_reference_max_dev": self_ref["max_dev"],
-            "ok_self_reference": self_ref["ok"],
-        },
         "ground_truth": truth,
         "self_reference": self_ref,
         "total_s": round(time.perf_counter() - t0, 3),
     }
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2, default=str))
+    return _report_truth(report, args.out)
+
+
+def rederive_main(path: str, out: str | None) -> int:
+    """``--rederive FILE``: a recorded ground-truth report judged again by today's rules, nothing measured."""
+    from bench.timing_truth import rederive
+
+    try:
+        report = json.loads(Path(path).read_text())
+        report["ground_truth"] = rederive(report)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"--rederive: {path} is not a ground-truth report ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    return _report_truth(report, out)
+
+
+def _report_truth(report: dict, out: str | None) -> int:
+    """The report's summary from its ground truth and self-reference, written to ``out`` and printed."""
+    from bench.timing_truth import TARGET_REL
+
+    truth, self_ref = report["ground_truth"], report["self_reference"]
+    report["summary"] = {
+        "kernels": truth["kernels"],
+        "held_to_targets": truth["held_to_targets"],
+        "worst": truth["worst"],
+        "ok_vs_truth": truth["ok_vs_truth"],
+        "do_bench_times_the_host": [r["kernel"] for r in truth["do_bench_times_the_host"]],
+        "ok_cv": truth["ok_cv"],
+        "self_reference_max_dev": self_ref["max_dev"],
+        "ok_self_reference": self_ref["ok"],
+        **({"rederived": truth["rederived"]} if "rederived" in truth else {}),
+    }
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(report, indent=2, default=str))
     s = report["summary"]
-    print(f"timing ground truth on {report['device']}{' (smoke: not performance figures)' if smoke else ''}")
+    smoke = " (smoke: not performance figures)" if report.get("smoke") else ""
+    print(f"timing ground truth on {report['device']}{smoke}")
+    if "rederived" in s:
+        print(f"  re-derived from the recorded measurements by the rule of {s['rederived']}")
     print(f"  {s['held_to_targets']} of {s['kernels']} kernels held to the targets; worst per pool: {s['worst']}")
     print(f"  |kz / truth - 1| <= {TARGET_REL:.0%}: {s['ok_vs_truth']}   CV (4 workers) <= 2 %: {s['ok_cv']}")
     print(f"  truth from the flushed graph replay (do_bench waits on the host): {s['do_bench_times_the_host']}")

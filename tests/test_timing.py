@@ -3,7 +3,9 @@ launch cover's rule (LaunchCover: when a sample holds host time, how the wait in
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -195,8 +197,47 @@ def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
     graph = {"flushed_graph": {"ref_ms": 0.0375, "cand_ms": 0.0372, "speedup": 1.008}}
     slow_launch = {"iteration_host_us": {"ref": 30.0, "cand": 110.0}, "flush_us": 64.0, **graph}
     assert truth_for(slow_launch)["truth"] == "flushed_graph"
-    quick = {"iteration_host_us": {"ref": 30.0, "cand": 60.0}, "flush_us": 64.0, **graph}
+    quick = {"iteration_host_us": {"ref": 30.0, "cand": 40.0}, "flush_us": 64.0, **graph}
     assert truth_for(quick)["truth"] == "do_bench"
+    # measured once, the host's time counts twice: session 12's 8_MeanReduction@mid, 84 us to queue against a
+    # 66 us flush and a 42 us kernel, and do_bench read it 1.7x slow on two of its placements
+    jittery = {"iteration_host_us": {"ref": 39.1, "cand": 84.3}, "flush_us": 66.1,
+               "flushed_graph": {"ref_ms": 0.0504, "cand_ms": 0.0420, "speedup": 1.2}}  # fmt: skip
+    assert truth_for(jittery)["truth"] == "flushed_graph"
     long_kernel = {**slow_launch, "flushed_graph": {"ref_ms": 0.5, "cand_ms": 0.5, "speedup": 1.0}}
     assert truth_for(long_kernel)["truth"] == "do_bench"  # the host queues the next call while this one runs
     assert truth_for({"do_bench": {"speedup": 1.0}})["truth"] == "do_bench"  # CPU smoke: nothing else measured
+
+
+def test_a_recorded_report_is_judged_again_without_measuring(tmp_path):
+    """bench/timing.py --rederive: the recorded measurements judged by today's truth rule; the verdicts
+    change, the measurements do not."""
+    row = {
+        "kernel": "8_MeanReduction@mid",
+        "size": "gt_mid",
+        "do_bench": {"ref_ms": 0.0510, "cand_ms": 0.0546, "speedup": 0.933},
+        "flushed_graph": {"ref_ms": 0.0504, "cand_ms": 0.0420, "speedup": 1.2},
+        "cudagraph": {},
+        "iteration_host_us": {"ref": 39.1, "cand": 84.3},
+        "flush_us": 66.1,
+        "truth": "do_bench",
+        "kz_4w": {"speedup_median": 1.195, "speedup_cv": 0.011, "vs_truth": 1.281, "vs_do_bench": 1.281},
+    }
+    report = {"device": "NVIDIA H200", "total_s": 1.0, "self_reference": {"max_dev": 0.001, "ok": True},
+              "ground_truth": {"rows": [row], "kernels": 1}}  # fmt: skip
+    recorded = tmp_path / "truth.json"
+    recorded.write_text(json.dumps(report))
+    out = tmp_path / "again.json"
+    cmd = [sys.executable, "bench/timing.py", "--rederive", str(recorded), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(out.read_text())
+    (judged,) = again["ground_truth"]["rows"]
+    assert judged["truth"] == "flushed_graph" and judged["do_bench"] == row["do_bench"]
+    assert judged["kz_4w"]["vs_truth"] == pytest.approx(1.195 / 1.2)
+    assert again["summary"]["ok_vs_truth"] is True and "rederived" in again["summary"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    proc = subprocess.run([*cmd[:3], str(bad)], cwd=Path(__file__).parent.parent, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "is not a ground-truth report" in proc.stderr
