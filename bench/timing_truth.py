@@ -501,6 +501,7 @@ def ground_truth(bench, args) -> dict:
                 "cand_ms": [r.cand_ms for r in results],
                 "messages": sorted({r.message[:160] for r in results if r.message}),
                 "notes": sorted({(r.timing_note or "")[:160] for r in results if r.timing_note}),
+                "placement_ms": [r.placement_ms for r in results],
             }
             if med is not None and db.get("speedup"):
                 entry["vs_do_bench"] = med / db["speedup"]

@@ -351,6 +351,9 @@ class EvalResult:
     cand_spread: float | None = None
     timing_reps: int = 0
     timing_note: str = ""
+    # per timed placement of the inputs (EvalConfig.timing_placements), [reference ms, candidate ms]: the
+    # medians whose mean is ref_ms / cand_ms (empty when one placement was timed)
+    placement_ms: list = attrs.field(factory=list)
     launches: int = 0
     stages: dict[str, float] = attrs.field(factory=dict)
     device: str = ""

@@ -130,6 +130,7 @@ def test_the_timing_stage_times_each_placement_and_keeps_their_mean(tmp_path):
     assert len(set(candidate.addresses)) == 4 and len(set(reference.addresses)) == 4
     assert stage.fields["cand_ms"] == pytest.approx(0.5) and stage.fields["timing_reps"] == 100
     assert "depends on where its inputs lie: 0.4-0.6 ms over 4 placements" in stage.fields["timing_note"]
+    assert stage.fields["placement_ms"] == [[1.0, 0.4], [1.0, 0.6], [1.0, 0.4], [1.0, 0.6]]
     one = attrs.evolve(config, timing_placements=1)
     timer.calls.clear()
     TimingStage(attrs.evolve(job, config=one), pm, tmp_path, "cuda").timing(

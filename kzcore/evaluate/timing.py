@@ -13,7 +13,9 @@ from kzcore.types import Timing as TimingResult
 
 REVERIFY_TRIALS = 3  # extra trials on new seeds when a speedup is implausible
 PLACEMENT_NOTE_SPREAD = 0.02  # per-placement medians further apart than this are named in the timing note
-TIMING_FIELDS = ("ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note")
+TIMING_FIELDS = (
+    "ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note", "placement_ms",
+)  # fmt: skip
 
 
 def combine(timings: list[TimingResult]) -> TimingResult:
@@ -104,6 +106,7 @@ class Timing(EvaluationState):
             cand_spread=timing.cand_spread,
             timing_reps=timing.reps,
             timing_note="; ".join(x for x in (timing.note, *self.notes) if x),
+            placement_ms=[[t.ref_ms, t.cand_ms] for t in timings] if len(timings) > 1 else [],
         )
 
     def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
