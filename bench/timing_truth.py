@@ -8,6 +8,10 @@ Kernels: the built-in Triton solutions at full size (level 1 and the level-2 GEM
 memory-bound ones at sizes chosen for 15-100 us (``MID``) and tiny ones (the ``small`` profile, a few us),
 which stay in the record but outside the targets (below ``MIN_US``).
 
+Each of the three is measured over as many placements of the inputs as the evaluator's timer uses
+(``EvalConfig.timing_placements``, kzcore/evaluate/placement.py: a kernel's speed can depend on the memory
+its inputs were given), both sides on the same placement each time, and the mean per side kept.
+
 A kernel's truth (`truth_for`) is do_bench, unless the host takes longer to queue a call than the GPU takes to
 flush and run it: then do_bench times the host, and the flushed graph replay is the truth.
 

@@ -4,10 +4,11 @@ per-placement medians. Neighbours: `timing` (the stage that uses it), ``bench/ti
 truth, measured over the same placements).
 
 Measured on an H200 (2026-12-03, ``bench/placement_probe.py``): 22_MatVec's Triton candidate (1024 programs
-each reading 16 rows 128 KiB apart) ran 0.490 ms on some allocations of its 2 GiB input and 0.554 ms on
-others, in any process and under any timer, while its cuBLAS reference stayed within 0.1 %; timed on one
-allocation its speedup moved by 5 % from one evaluator worker to the next. Each placement is a coin flip, so
-the mean over ``count`` of them moves by about 1/sqrt(count) of that.
+each reading 16 rows 128 KiB apart) ran 0.479-0.490 ms on every other allocation of its 2 GiB input and
+0.542-0.556 ms on the rest, also when an allocation was freed and the same virtual address came back (so it
+is the physical memory), in any process and under any timer, while its cuBLAS reference stayed within 0.3 %.
+Timed on one allocation its speedup moved by 5.4 % from one evaluator worker to the next; over 8 placements
+by 0.6-0.9 %.
 
 Two ways to place (``EvalConfig.placement_shift_mib``):
 
@@ -15,7 +16,9 @@ Two ways to place (``EvalConfig.placement_shift_mib``):
   number is capped so the copies take at most ``MEMORY_FRACTION`` of the free device memory.
 - N > 0: one buffer per tensor, N MiB longer per extra placement; placement j is a view at byte offset
   j * N MiB, the values copied in just before it is timed (the views overlap, so only one is live at a time).
-  Costs N MiB per placement and tensor, whatever the input's size.
+  Costs N MiB per placement and tensor, whatever the input's size; but on the H200 offsets of 64 KiB to
+  256 MiB inside one allocation left 22_MatVec's speed as it was (0.65 % CV), so there views do not sample
+  what separate copies do.
 """
 
 from __future__ import annotations
