@@ -347,3 +347,19 @@ def test_a_forward_that_waits_on_the_gpu_is_timed_without_hanging_and_says_so():
     assert time.perf_counter() - t0 < 30
     assert timing.ref_ms and timing.ref_ms > timing.cand_ms, timing
     assert "reference sample(s) hold host time" in timing.note, timing.note
+
+
+def test_a_candidate_is_timed_on_each_placement_and_their_mean_is_kept(plugins, tmp_path):
+    """22_MatVec at full size on 4 placements of its 2 GiB input (its Triton candidate ran 0.48 or 0.55 ms by the
+    allocation on an H200, 2026-12-03): the result keeps each placement's medians, their mean as its timing,
+    and names the spread in its note exactly when the placements differ by more than 2 %."""
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "22_MatVec"]
+    config = EvalConfig(timing_placements=4)
+    (r,) = evaluate(problems, load_solutions("builtin", problems, "triton"), config, tmp_path / "r.jsonl", pm=pm)
+    assert r.status is Status.CORRECT, r.message
+    assert len(r.placement_ms) == 4 and r.timing_reps >= 100
+    ref = [p[0] for p in r.placement_ms]
+    cand = [p[1] for p in r.placement_ms]
+    assert r.ref_ms == pytest.approx(sum(ref) / 4) and r.cand_ms == pytest.approx(sum(cand) / 4)
+    assert ("candidate's time depends on where its inputs lie" in r.timing_note) == (max(cand) > 1.02 * min(cand))
