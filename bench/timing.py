@@ -110,10 +110,9 @@ class Bench:
             c.problem: c for c in load_solutions("builtin", list(self.problems.values()), "triton", pm=self.pm)
         }
         self.config = EvalConfig(device=args.device, timeout_s=args.timeout)
-        if args.timing_placements is not None:  # the evaluator's and the ground truth's placements alike
-            self.config = attrs.evolve(self.config, timing_placements=args.timing_placements)
-        if args.placement_shift_mib is not None:
-            self.config = attrs.evolve(self.config, placement_shift_mib=args.placement_shift_mib)
+        placing = {k: getattr(args, k) for k in ("timing_placements", "placement_shift_mib")}
+        # the evaluator's and the ground truth's placements alike
+        self.config = attrs.evolve(self.config, **{k: v for k, v in placing.items() if v is not None})
         self.pool = None
 
     def start(self) -> float:

@@ -130,25 +130,23 @@ def _pair_ms(reference, candidate, inputs: list, device: str) -> tuple[float, fl
 
 def placements(case: dict, solution_source: str, device: str, workdir: Path, count: int) -> dict:
     """do_bench (median, L2 flushed) of reference and candidate on ``count`` separate allocations of the same
-    inputs in this one process, every earlier allocation kept alive (and a spacer of a different size between
-    them) so each set lands on other memory. Separates "the kernel's speed depends on where its inputs lie"
+    inputs in this one process (kzcore.evaluate.placement.Placements: every earlier copy kept alive, so each
+    lands on other memory). Separates "the kernel's speed depends on where its inputs lie"
     from "it depends on the process" when the pool's runs disagree (issue 17: 22_MatVec's candidate read
     0.489-0.568 ms from one worker process to the next while its reference varied < 0.6 %)."""
     import torch
 
+    from kzcore.evaluate.placement import Placements
+
     problem, solution = _modules(case, solution_source, workdir)
-    held, rows = [], []
+    rows = []
     with torch.device(device), torch.no_grad():
         reference, candidate = _models(problem, solution)
-        for i in range(count):
-            held.append(torch.empty((i + 1) * (3 << 18), dtype=torch.uint8))  # 0.75 MiB steps between the sets
-            torch.manual_seed(1)  # the same values every time: only their place changes
-            inputs = list(problem.get_inputs())
-            held.append(inputs)
+        torch.manual_seed(1)
+        for inputs in Placements(list(problem.get_inputs()), count):
             ref_ms, cand_ms = _pair_ms(reference, candidate, inputs, device)
             first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
             rows.append({"ref_ms": ref_ms, "cand_ms": cand_ms, "address": None if first is None else first.data_ptr()})
-    del held
     if device == "cuda":
         torch.cuda.empty_cache()
     return {
@@ -331,7 +329,7 @@ def direct(
     shared among the placements): per timer, the mean of the per-placement figures, those kept beside it."""
     import torch
 
-    from kzcore.evaluate.placement import Placements, placement_count, tensor_bytes
+    from kzcore.evaluate.placement import placements_for
 
     problem, solution = _modules(case, solution_source, workdir)
     out: dict = {}
@@ -339,13 +337,11 @@ def direct(
         reference, candidate = _models(problem, solution)
         torch.manual_seed(1)
         inputs = list(problem.get_inputs())
-        if device != "cuda":
-            count = 1
-        elif shift_mib <= 0:
-            count = placement_count(count, shift_mib, tensor_bytes(inputs), torch.cuda.mem_get_info()[0])
+        (placements,) = placements_for(count, shift_mib, device, inputs)
+        count = len(placements)
         per: dict[str, list] = {}
         timers = _timers(count) if device == "cuda" else ()
-        for j, placed in enumerate(Placements(inputs, count, shift_mib)):
+        for j, placed in enumerate(placements):
             ref, cand = functools.partial(reference, *placed), functools.partial(candidate, *placed)
             if device != "cuda":
                 per.setdefault("do_bench", []).append((_wall_ms(ref), _wall_ms(cand)))
@@ -490,7 +486,7 @@ def ground_truth(bench, args) -> dict:
             row["placements"] = placed[label]
         if label in spread:
             row["processes"] = spread[label]
-        row.update(truth_for(t))
+        row.update({k: t.get(k) for k in ("host_us", "iteration_host_us", "flush_us")})  # judged in `judge`
         for per_gpu, pool in pools.items():
             results = pool["by_label"].get(label, [])
             speedups = [r.speedup for r in results]

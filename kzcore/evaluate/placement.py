@@ -47,6 +47,18 @@ def placement_count(requested: int, shift_mib: float, input_bytes: int, free_byt
     return max(1, min(requested, 1 + int(MEMORY_FRACTION * free_bytes // input_bytes)))
 
 
+def placements_for(requested: int, shift_mib: float, device: str, *sides: list) -> list[Placements]:
+    """Each input list's placements, as many for every one: ``requested`` on a GPU, fewer where separate copies
+    of all of them would take too much of the free device memory (`placement_count`); 1 off a GPU."""
+    count = requested if device == "cuda" else 1
+    if count > 1 and shift_mib <= 0:
+        import torch
+
+        free = torch.cuda.mem_get_info()[0]
+        count = placement_count(count, shift_mib, sum(tensor_bytes(inputs) for inputs in sides), free)
+    return [Placements(inputs, count, shift_mib) for inputs in sides]
+
+
 class Placements:
     """``count`` placements of one input list. Iterating yields input lists, one per placement: the first is
     ``inputs`` itself; the others hold the same values elsewhere (see the module's docstring). Non-tensor

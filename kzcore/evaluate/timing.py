@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kzcore.evaluate.placement import Placements, per_placement, placement_count, tensor_bytes
+from kzcore.evaluate.placement import per_placement, placements_for
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import clone_inputs, refill
 from kzcore.types import Status
@@ -56,29 +56,18 @@ class Timing(EvaluationState):
             inputs = list(problem_mod.get_inputs())
         return clone_inputs(inputs), clone_inputs(inputs)
 
-    def placements(self, inputs) -> tuple[Placements, Placements]:
-        """Each side's placements for this timing (`placement`): ``timing_placements`` on a GPU, fewer where
-        separate copies of both sides' inputs would take too much of the free device memory; 1 on a CPU."""
-        ref_inputs, cand_inputs = inputs
-        count, shift = self.config.timing_placements, self.config.placement_shift_mib
-        if self.device != "cuda":
-            count = 1
-        elif count > 1 and shift <= 0:
-            import torch
-
-            free = torch.cuda.mem_get_info()[0]
-            count = placement_count(count, shift, tensor_bytes(ref_inputs) + tensor_bytes(cand_inputs), free)
-        return Placements(ref_inputs, count, shift), Placements(cand_inputs, count, shift)
-
     def timing(self, reference, candidate, inputs, launches) -> None:
         """Time reference against candidate, both called directly (the forward hooks resolved once) and the
         candidate's launch instrumentation off its path (``launches.bare()``): timed as it runs outside, on
-        each placement of the inputs in turn (`placements`), the repetitions shared among them."""
+        each placement of the inputs in turn (`placement.placements_for`: fewer where copies would not fit, 1 on
+        a CPU), the repetitions shared among them."""
         run_reference, run_candidate = (
             self.direct_forward("reference", reference),
             self.direct_forward(self.language, candidate),
         )
-        ref_placed, cand_placed = self.placements(inputs)
+        ref_placed, cand_placed = placements_for(
+            self.config.timing_placements, self.config.placement_shift_mib, self.device, *inputs
+        )
         config = per_placement(self.config, len(cand_placed))
         timings = []
         with self.clock("timing"), launches.bare() if launches is not None else contextlib.nullcontext():
