@@ -6,6 +6,11 @@ the first input placed three ways in one process:
 - ``kept``: separate allocations, every earlier one kept alive (each a new piece of device memory);
 - ``offsets``: views into one larger buffer at growing byte offsets (the same allocation, shifted);
 - ``recycled``: allocate, time, free and give the cache back to the driver (``empty_cache``), again.
+- ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
+  each side from every earlier measurement kept alive, so the allocator hands the next ones another block).
+- ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying 8 GiB back and
+  forth (the GPU as busy as four evaluator workers keep it), then after as long idle, each with the GPU's
+  temperatures, clocks and power from nvidia-smi: does the kernel slow down as the GPU (its memory) warms?
 
 On 2026-12-03 (H200) 22_MatVec's candidate read either ~0.490 or ~0.554 ms from one allocation to the next,
 in fresh processes and within one, while its cuBLAS reference stayed within 0.1 %. This probe tells the
@@ -38,12 +43,34 @@ def _load(problem: str, level: str):
     )
 
 
+GPU_FIELDS = "temperature.gpu,temperature.memory,clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active"
+
+
+def gpu_state() -> dict:
+    """The GPU's temperatures, clocks, power and throttle reasons now (nvidia-smi; {} where it cannot say)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-i", "0", f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    values = [v.strip() for v in out.stdout.strip().split(",")]
+    return dict(zip(GPU_FIELDS.split(","), values)) if out.returncode == 0 and len(values) == 6 else {}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problem", default="22_MatVec")
     ap.add_argument("--level", default="level1")
     ap.add_argument("--kept", type=int, default=8, help="separate allocations kept alive")
     ap.add_argument("--recycled", type=int, default=6, help="allocate / time / free + empty_cache cycles")
+    ap.add_argument("--outputs", type=int, default=6, help="measurements with the outputs on new memory")
+    ap.add_argument("--heat-rounds", type=int, default=0, help="busy / idle rounds of the heat mode")
+    ap.add_argument("--heat-s", type=float, default=8.0, help="seconds of each busy and each idle phase")
+    ap.add_argument("--set", default="", help="module constants for get_inputs, e.g. batch_size=4096,dim=4096")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
 
@@ -56,6 +83,9 @@ def main(argv=None) -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     problem, solution = _load(args.problem, args.level)
+    for item in filter(None, args.set.split(",")):
+        name, _, value = item.partition("=")
+        setattr(problem, name.strip(), int(value))
     t0 = time.perf_counter()
     with torch.device("cuda"), torch.no_grad():
         torch.manual_seed(0)
@@ -64,21 +94,43 @@ def main(argv=None) -> int:
         base = list(problem.get_inputs())
         first, rest = base[0], base[1:]
 
-        def measure(x, how: str, where) -> dict:
+        def measure(x, how: str, where, state: bool = False) -> dict:
             ref, cand = (lambda: reference(x, *rest)), (lambda: candidate(x, *rest))
             ref(), cand()
             torch.cuda.synchronize()
-            row = {
-                "how": how,
-                "where": where,
-                "address": hex(x.data_ptr()),
-                "ref_ms": do_bench(ref, return_mode="median"),
-                "cand_ms": do_bench(cand, return_mode="median"),
-            }
-            print(f"{how:9s} {str(where):>10s} {row['address']}  ref {row['ref_ms']:.4f}  cand {row['cand_ms']:.4f}")
+            row = {"how": how, "where": where, "address": hex(x.data_ptr())}
+            if state:
+                row["gpu"] = gpu_state()
+            row.update(ref_ms=do_bench(ref, return_mode="median"), cand_ms=do_bench(cand, return_mode="median"))
+            extra = f"  {row['gpu']}" if state else ""
+            print(
+                f"{how:9s} {str(where):>10s} {row['address']}  ref {row['ref_ms']:.4f}  cand {row['cand_ms']:.4f}{extra}"
+            )
             return row
 
         rows = [measure(first, "base", 0)]
+        pinned = []
+        for i in range(args.outputs):
+            pinned += [reference(first, *rest), candidate(first, *rest)]  # the blocks the last one used: kept
+            rows.append(measure(first, "outputs", i))
+        del pinned
+        torch.cuda.empty_cache()
+        if args.heat_rounds:
+            src = torch.empty(1 << 30, dtype=torch.float32)  # 4 GiB each way
+            dst = torch.empty_like(src)
+            for r in range(args.heat_rounds):
+                for phase in ("busy", "idle"):
+                    end = time.perf_counter() + args.heat_s
+                    while time.perf_counter() < end:
+                        if phase == "busy":
+                            for _ in range(20):
+                                dst.copy_(src)
+                            torch.cuda.synchronize()
+                        else:
+                            time.sleep(0.05)
+                    rows.append(measure(first, "heat", f"{phase}{r}", state=True))
+            del src, dst
+            torch.cuda.empty_cache()
         held = []
         for i in range(args.kept):
             x = first.clone()
@@ -101,7 +153,7 @@ def main(argv=None) -> int:
             del x
             torch.cuda.empty_cache()
     summary = {}
-    for how in ("kept", "offsets", "recycled"):
+    for how in ("kept", "offsets", "recycled", "outputs", "heat"):
         cand = [r["cand_ms"] for r in rows if r["how"] == how]
         ref = [r["ref_ms"] for r in rows if r["how"] == how]
         if len(cand) > 1:
@@ -111,6 +163,10 @@ def main(argv=None) -> int:
                 "cand_cv": statistics.pstdev(cand) / statistics.mean(cand),
                 "ref_cv": statistics.pstdev(ref) / statistics.mean(ref),
             }
+    for phase in ("busy", "idle"):  # the heat mode: each phase's mean, both sides
+        heat = [r for r in rows if r["how"] == "heat" and str(r["where"]).startswith(phase)]
+        if heat:
+            summary["heat"][phase] = {side: statistics.mean(r[f"{side}_ms"] for r in heat) for side in ("ref", "cand")}
     report = {
         "bench": "placement-probe",
         "problem": args.problem,
@@ -124,6 +180,9 @@ def main(argv=None) -> int:
         print(
             f"{how}: cand {s['cand_min']:.4f}-{s['cand_max']:.4f} ms (cv {s['cand_cv']:.2%}), ref cv {s['ref_cv']:.2%}"
         )
+    for phase, means in summary.get("heat", {}).items():
+        if phase in ("busy", "idle"):
+            print(f"heat {phase}: ref {means['ref']:.4f} cand {means['cand']:.4f} ms (mean)")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0

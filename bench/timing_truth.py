@@ -398,8 +398,11 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
                 cand = Candidate(problem=name, language="triton", level=case["problem"].level, sample=run,
                                  source=bench.solutions[name].source, origin=case["label"])  # fmt: skip
                 jobs.append(EvalJob(case["problem"], cand, attrs.evolve(config, size=case["size"])))
-        t1 = time.perf_counter()
-        results = list(pool.map(jobs))
+        t1, started = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+        results, done_s = [], {}
+        for result in pool.map(jobs):  # when each job ended: set beside a GPU-state log (nvidia-smi's timestamps)
+            results.append(result)
+            done_s[(result.origin, result.sample)] = round(time.perf_counter() - t1, 2)
         wall = time.perf_counter() - t1
     finally:
         pool.close()
@@ -410,7 +413,8 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
     by_label: dict[str, list] = {}
     for result in sorted(results, key=lambda r: r.sample):  # results come as they finish, not in job order
         by_label.setdefault(result.origin, []).append(result)
-    return {"pool_start_s": round(start_s, 2), "wall_s": round(wall, 2), "by_label": by_label}
+    return {"pool_start_s": round(start_s, 2), "wall_s": round(wall, 2), "started": started, "by_label": by_label,
+            "done_s": done_s}  # fmt: skip
 
 
 def cv(values: list[float | None]) -> float | None:
@@ -502,6 +506,7 @@ def ground_truth(bench, args) -> dict:
                 "messages": sorted({r.message[:160] for r in results if r.message}),
                 "notes": sorted({(r.timing_note or "")[:160] for r in results if r.timing_note}),
                 "placement_ms": [r.placement_ms for r in results],
+                "done_s": [pool["done_s"].get((r.origin, r.sample)) for r in results],
             }
             if med is not None and db.get("speedup"):
                 entry["vs_do_bench"] = med / db["speedup"]
@@ -515,7 +520,7 @@ def ground_truth(bench, args) -> dict:
         print(_line(row), file=sys.stderr)
     return {
         **summary(rows, [f"{k}w" for k in pools]),
-        "pools": {f"{k}w": {"pool_start_s": v["pool_start_s"], "wall_s": v["wall_s"]} for k, v in pools.items()},
+        "pools": {f"{k}w": {x: v[x] for x in ("pool_start_s", "wall_s", "started")} for k, v in pools.items()},
         "rows": rows,
         "wall_s": round(time.perf_counter() - t0, 2),
     }
