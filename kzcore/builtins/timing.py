@@ -79,7 +79,7 @@ COVER_RAISES = 4  # raises of one side's cover per timing; a forward that waits 
 class LaunchCover:
     """The GPU-side wait in front of one side's timed calls. A sample is *covered* when the host had queued the
     whole call before the GPU reached the start event: ``host_us`` (queueing the flush, the wait, the start
-    event and the call) plus a margin is within ``lead_us`` (the flush and the wait, measured on the GPU by
+    event, the call and the end event) plus a margin is within ``lead_us`` (the flush and the wait, measured on the GPU by
     events). Then the events hold the kernels' GPU time and nothing of the host, however slow the host is
     (a busy CPU, a slow Python launcher, a multi-kernel forward's launches between its kernels). An uncovered
     sample raises the wait and is taken again; after ``COVER_RAISES`` raises or at ``MAX_COVER_US`` samples are
@@ -155,8 +155,8 @@ def time_cuda(reference, candidate, config) -> Timing:
                 torch.cuda._sleep(cover.cycles(rate))
             start.record()
             fn()
+            end.record()  # queued late, it would stretch the sample by the delay: so it counts as the host's too
             host_us = (time.perf_counter() - t0) * 1e6
-            end.record()
             torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
             flush_us, wait_us = lead.elapsed_time(flushed) * 1000, flushed.elapsed_time(start) * 1000
             if cover.covered(host_us, flush_us + wait_us):
