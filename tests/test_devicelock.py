@@ -129,3 +129,58 @@ def test_a_training_process_pool_puts_every_worker_on_its_rank_gpu(monkeypatch):
     assert pool._env(pool.slots[0])["CUDA_VISIBLE_DEVICES"] == "5"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert local.LocalPool(config=EvalConfig(workers_per_gpu=1), plugins=[]).slots == [str(i) for i in range(8)]
+
+
+def test_device_work_waits_for_a_timing_and_never_holds_twice():
+    """``device_work`` (a worker's device work outside the stages' locks: start-up, returning cached memory,
+    loading a kernel) takes its GPU's lock shared, so it waits while another worker times; inside a hold of
+    its own (a stage's) it takes nothing more, so a writer waiting meanwhile cannot deadlock it; unbound (no
+    GPU lock) it is a no-op."""
+    from kzcore.executors import devicelock
+
+    lock = DeviceLock(CTX, 2)
+    try:
+        devicelock.bind_worker(None, 0)
+        with devicelock.device_work():
+            assert lock.readers.value == 0  # unbound: nothing taken
+        devicelock.bind_worker(lock, 0)
+        with devicelock.device_work():
+            assert lock.holding[0] == SHARED and lock.readers.value == 1
+        assert lock.holding[0] == 0 and lock.readers.value == 0
+
+        entered = []
+        timing = threading.Event()
+
+        def other_worker_times():
+            with lock.exclusive(1):
+                timing.set()
+                time.sleep(0.2)
+                entered.append(("timing over", time.monotonic()))
+
+        t = threading.Thread(target=other_worker_times)
+        t.start()
+        assert timing.wait(5)
+        with devicelock.device_work():
+            entered.append(("device work", time.monotonic()))
+        t.join(5)
+        assert [e[0] for e in sorted(entered, key=lambda e: e[1])] == ["timing over", "device work"]
+
+        held = []
+
+        def waiting_writer():
+            hold = lock.exclusive(1)
+            hold.__enter__()
+            held.append(hold)
+
+        with lock.shared(0):  # a stage's hold: device_work inside it takes no second share
+            writer = threading.Thread(target=waiting_writer)
+            writer.start()
+            time.sleep(0.05)  # the writer now waits (its flag set): a second share would wait forever
+            assert lock.writer.value == 1 and not held
+            with devicelock.device_work():
+                assert lock.readers.value == 1
+        writer.join(5)
+        assert held and lock.holding[1] == EXCLUSIVE  # the writer got the GPU once the stage let go
+        held[0].__exit__(None, None, None)
+    finally:
+        devicelock.bind_worker(None, 0)

@@ -86,3 +86,27 @@ class DeviceLock:
         finally:
             self.mutex.release()
         return True
+
+
+_bound: tuple | None = None  # (DeviceLock, index) of this worker process, once `bind_worker` ran
+
+
+def bind_worker(lock: DeviceLock | None, index: int) -> None:
+    """In a worker process: the lock and index `device_work` takes (None: a worker with no GPU lock)."""
+    global _bound
+    _bound = (lock, index) if lock is not None else None
+
+
+@contextlib.contextmanager
+def device_work():
+    """The shared lock of this worker's GPU around device work done outside the evaluation stages' own locks
+    (a worker's start-up, returning cached memory, loading a compiled kernel into the CUDA context), so none
+    of it runs while another worker on the GPU times: on an H200 such work slowed the timed memory-bound
+    kernels by up to 9 % (``bench/interference_probe.py``). A no-op outside a worker, and where this worker
+    already holds the lock (a stage's, shared or exclusive): never a second hold that a waiting writer could
+    deadlock."""
+    if _bound is None or _bound[0].holding[_bound[1]] != NONE:
+        yield
+        return
+    with _bound[0].shared(_bound[1]):
+        yield

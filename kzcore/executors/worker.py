@@ -129,10 +129,12 @@ def _profiled(directory: str | None, n: int, job):
 
 def _release_cache() -> None:
     """The device memory this worker cached beyond ``memory.KEEP_CACHED`` goes back between jobs (other workers
-    and the trainer share the GPU). A failure here is the next job's to meet, not this one's."""
+    and the trainer share the GPU), never while another worker times (``devicelock.device_work``). A failure
+    here is the next job's to meet, not this one's."""
     from kzcore.evaluate import memory
+    from kzcore.executors.devicelock import device_work
 
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception), device_work():
         memory.release_cache()
 
 
@@ -191,19 +193,25 @@ def worker_main(
     slate = CleanSlate(workdir, LOG_LIMIT)  # fds 1 and 2 go to its log: prints never reach our pipe or a tty
     slate.restore()
     try:
-        info = _setup_torch(device, tf32)
-        phase("torch")  # import, and CUDA initialisation on a GPU
-        # both job kinds' code is loaded now, before the slate's snapshot (jobs reach it through run_in_worker)
-        import kzcore.evaluate.problem_check  # noqa: F401
-        from kzcore.evaluate.pipeline import warm_up
-        from kzcore.plugins import new_plugin_manager, set_plugin_manager
+        import torch  # noqa: F401 (imported outside the lock: only CUDA's initialisation touches the device)
 
-        pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
-        set_plugin_manager(pm)
-        pm.hook.kz_worker_started(device=device)
-        phase("plugins")
-        warm_up(device, pm)
-        phase("warm_up")
+        from kzcore.executors.devicelock import bind_worker, device_work
+
+        bind_worker(gpu_lock, lock_index)
+        with device_work():  # the CUDA context and the warm-up kernels: never while another worker times
+            info = _setup_torch(device, tf32)
+            phase("torch")  # import, and CUDA initialisation on a GPU
+            # both job kinds' code is loaded now, before the slate's snapshot (jobs reach it through run_in_worker)
+            import kzcore.evaluate.problem_check  # noqa: F401
+            from kzcore.evaluate.pipeline import warm_up
+            from kzcore.plugins import new_plugin_manager, set_plugin_manager
+
+            pm = new_plugin_manager(load_entry_points=False, extra=plugin_specs)
+            set_plugin_manager(pm)
+            pm.hook.kz_worker_started(device=device)
+            phase("plugins")
+            warm_up(device, pm)
+            phase("warm_up")
         if fences.pop("process_guard"):
             guard_processes(workdir)
             fences["process_guard"] = "python"
