@@ -64,6 +64,7 @@ _PUBLIC = {
     **dict.fromkeys(("Executor", "open_executor"), "kzcore.executors"),
     "LocalPool": "kzcore.executors.local",
     "scrub_environment": "kzcore.executors.worker",
+    "device_work": "kzcore.executors.devicelock",  # device work outside the stages' locks (a precompile's load)
     **dict.fromkeys(("get_plugin_manager", "plugin_specs"), "kzcore.plugins"),
 }
 _MODULES = {"guard"}  # public names that are modules, not attributes of one

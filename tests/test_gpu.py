@@ -36,6 +36,25 @@ def test_poison_fills_freed_blocks_without_growing_the_cache():
     assert torch.isnan(y).all(), "a fresh torch.empty block must read NaN after poisoning"
 
 
+def test_reserve_leaves_a_block_that_outputs_the_size_of_the_inputs_take_without_cudamalloc():
+    """A precompile's compile-only forward runs outside the GPU lock: what it allocates must come from the
+    cache `memory.reserve` filled under the lock, or its cudaMalloc would slow another worker's timing."""
+    import torch
+
+    from kzcore.evaluate.memory import reserve
+
+    torch.cuda.empty_cache()
+    n = 256 << 20
+    reserve(n)
+    reserved = torch.cuda.memory_reserved()
+    assert reserved >= n
+    out = torch.empty(n, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_reserved() == reserved
+    del out
+    halves = [torch.empty(n // 2, dtype=torch.uint8, device="cuda") for _ in range(2)]  # split from the block
+    assert torch.cuda.memory_reserved() == reserved and len(halves) == 2
+
+
 def test_poison_reaches_blocks_freed_on_a_side_stream_and_small_blocks():
     import torch
 

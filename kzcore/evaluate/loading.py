@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kzcore.errors import CompileError
-from kzcore.evaluate import sizes
+from kzcore.evaluate import memory, sizes
+from kzcore.evaluate.placement import tensor_bytes
 from kzcore.evaluate.stage import MESSAGE_LIMIT, EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import clone_inputs
 from kzcore.problems import import_module_from_file
@@ -91,9 +92,14 @@ class Loading(EvaluationState):
         return reference, candidate
 
     def precompile_inputs(self, problem_mod) -> list:
+        """Trial-0-shaped inputs for `precompile`, made under the shared GPU lock, with a free cached block as
+        large as they are (`memory.reserve`) for the outputs the compile-only forward allocates outside it."""
         with self.clock("precompile"), self.device_ctx():
             self.seed(self.config.seed * 1000 + 1)
-            return list(problem_mod.get_inputs())
+            inputs = list(problem_mod.get_inputs())
+            if self.device == "cuda":
+                memory.reserve(tensor_bytes(inputs))
+            return inputs
 
     def precompile(self, candidate, inputs) -> None:
         """Let the language plugin compile the candidate's kernels now, without the GPU lock

@@ -103,6 +103,21 @@ def poison_free_cache() -> int:
     return filled
 
 
+def reserve(nbytes: int) -> None:
+    """Under the shared GPU lock, before work that runs outside it (a precompile's compile-only forward): make
+    the caching allocator hold a free block of ``nbytes``, so that work's allocations (outputs the size of the
+    inputs) come from the cache rather than from cudaMalloc while another worker may be timing. Another
+    process's cudaMalloc/cudaFree slowed timed memory-bound kernels by 4-13 % on an H200
+    (``bench/interference_probe.py``, 2026-12-03). Where a free block of that size is cached already, it is
+    only taken and given back; else the cache grows by ``nbytes`` (given back between jobs, `release_cache`)."""
+    import torch
+
+    if nbytes <= 0 or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    del block
+
+
 def release_cache(keep: int = KEEP_CACHED) -> bool:
     """Between jobs: give the caching allocator's free memory back to the device when it holds more than
     ``keep`` bytes; returns whether it did. Several workers and a trainer share one GPU, and the allocator keeps

@@ -92,7 +92,7 @@ def _load(compiled) -> None:
     """Finish what a first launch would do besides running: load the binary into the CUDA context and build
     Triton's launcher for this signature (a C compile, about 0.2 s, for each new one), outside the evaluation
     stages' locks but under the shared GPU lock, so it never runs while another worker times."""
-    from kzcore.executors.devicelock import device_work
+    from kzcore import device_work
 
     init = getattr(compiled, "_init_handles", None)  # Triton's CompiledKernel (3.x)
     if callable(init):
