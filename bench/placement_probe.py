@@ -8,8 +8,8 @@ the first input placed three ways in one process:
 - ``recycled``: allocate, time, free and give the cache back to the driver (``empty_cache``), again.
 - ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
   each side from every earlier measurement kept alive, so the allocator hands the next ones another block).
-- ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying 8 GiB back and
-  forth (the GPU as busy as four evaluator workers keep it), then after as long idle, each with the GPU's
+- ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying a 4 GiB buffer
+  into another (the GPU as busy as four evaluator workers keep it), then after as long idle, each with the GPU's
   temperatures, clocks and power from nvidia-smi: does the kernel slow down as the GPU (its memory) warms?
 
 On 2026-12-03 (H200) 22_MatVec's candidate read either ~0.490 or ~0.554 ms from one allocation to the next,

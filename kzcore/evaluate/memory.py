@@ -109,12 +109,16 @@ def reserve(nbytes: int) -> None:
     inputs) come from the cache rather than from cudaMalloc while another worker may be timing. Another
     process's cudaMalloc/cudaFree slowed timed memory-bound kernels by 4-13 % on an H200
     (``bench/interference_probe.py``, 2026-12-03). Where a free block of that size is cached already, it is
-    only taken and given back; else the cache grows by ``nbytes`` (given back between jobs, `release_cache`)."""
+    only taken and given back; else the cache grows by ``nbytes`` (given back between jobs, `release_cache`).
+    Best effort: where the device has not that much to spare, nothing is reserved and nothing fails."""
     import torch
 
     if nbytes <= 0 or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return
-    block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    try:
+        block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    except torch.cuda.OutOfMemoryError:
+        return
     del block
 
 
