@@ -6,6 +6,11 @@ the first input placed three ways in one process:
 - ``kept``: separate allocations, every earlier one kept alive (each a new piece of device memory);
 - ``offsets``: views into one larger buffer at growing byte offsets (the same allocation, shifted);
 - ``recycled``: allocate, time, free and give the cache back to the driver (``empty_cache``), again.
+- ``scrambled`` (``--scrambled``): a copy whose pages (the driver's allocation granularity, 2 MiB) are drawn at
+  random from ``--page-pool`` times as many as it needs, mapped into one virtual range with CUDA's virtual
+  memory API (the pages not drawn are given back at once): does a placement built from pages spread over a
+  wider physical range read the mean speed, every time? (22_MatVec's copies in one job were all slow, or
+  mostly fast, on 2026-12-03: the copies of one job are not independent draws.)
 - ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
   each side from every earlier measurement kept alive, so the allocator hands the next ones another block).
 - ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying a 4 GiB buffer
@@ -43,6 +48,66 @@ def _load(problem: str, level: str):
     )
 
 
+def _check(result):
+    """The values of a cuda.bindings driver call, after its status (raised when it is not CUDA_SUCCESS)."""
+    from cuda.bindings import driver as cu
+
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call failed: {err}")
+    return values[0] if len(values) == 1 else values
+
+
+class ScrambledCopy:
+    """A copy of tensor ``x`` on pages drawn at random from ``pool`` times as many physical pages as it needs
+    (cuMemCreate one page each; cuMemAddressReserve + cuMemMap the drawn ones in order; the rest released at
+    once). ``tensor`` is the copy (a zero-copy view through ``__cuda_array_interface__``); `free` unmaps it."""
+
+    def __init__(self, x, pool: int, seed: int):
+        import random
+
+        import torch
+        from cuda.bindings import driver as cu
+
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = torch.cuda.current_device()
+        granularity = cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+        page = int(_check(cu.cuMemGetAllocationGranularity(prop, granularity)))
+        nbytes = x.numel() * x.element_size()
+        pages = -(-nbytes // page)
+        handles = [_check(cu.cuMemCreate(page, prop, 0)) for _ in range(pages * max(1, pool))]
+        drawn = random.Random(seed).sample(range(len(handles)), pages)
+        self.size = pages * page
+        self.va = _check(cu.cuMemAddressReserve(self.size, 0, 0, 0))
+        base = int(self.va)
+        for i, h in enumerate(drawn):
+            _check(cu.cuMemMap(base + i * page, page, 0, handles[h], 0))
+        access = cu.CUmemAccessDesc()
+        access.location = prop.location
+        access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        _check(cu.cuMemSetAccess(self.va, self.size, [access], 1))
+        for h in handles:  # a mapped page lives on until unmapped; the others go back now
+            _check(cu.cuMemRelease(h))
+
+        class _Interface:
+            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (base, False), "version": 3}
+
+        self.tensor = torch.as_tensor(_Interface(), device="cuda").view(x.dtype).view(x.shape)
+        self.tensor.copy_(x)
+        self.address = hex(base)
+
+    def free(self) -> None:
+        import torch
+        from cuda.bindings import driver as cu
+
+        self.tensor = None
+        torch.cuda.synchronize()
+        _check(cu.cuMemUnmap(self.va, self.size))
+        _check(cu.cuMemAddressFree(self.va, self.size))
+
+
 GPU_FIELDS = "temperature.gpu,temperature.memory,clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active"
 
 
@@ -68,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kept", type=int, default=8, help="separate allocations kept alive")
     ap.add_argument("--recycled", type=int, default=6, help="allocate / time / free + empty_cache cycles")
     ap.add_argument("--outputs", type=int, default=6, help="measurements with the outputs on new memory")
+    ap.add_argument("--scrambled", type=int, default=0, help="copies on pages drawn from a wider pool")
+    ap.add_argument("--page-pool", type=int, default=4, help="scrambled: physical pages made per page used")
     ap.add_argument("--heat-rounds", type=int, default=0, help="busy / idle rounds of the heat mode")
     ap.add_argument("--heat-s", type=float, default=8.0, help="seconds of each busy and each idle phase")
     ap.add_argument("--set", default="", help="module constants for get_inputs, e.g. batch_size=4096,dim=4096")
@@ -131,6 +198,10 @@ def main(argv=None) -> int:
                     rows.append(measure(first, "heat", f"{phase}{r}", state=True))
             del src, dst
             torch.cuda.empty_cache()
+        for i in range(args.scrambled):
+            copy = ScrambledCopy(first, args.page_pool, seed=i)
+            rows.append(measure(copy.tensor, "scrambled", i))
+            copy.free()
         held = []
         for i in range(args.kept):
             x = first.clone()
@@ -153,7 +224,7 @@ def main(argv=None) -> int:
             del x
             torch.cuda.empty_cache()
     summary = {}
-    for how in ("kept", "offsets", "recycled", "outputs", "heat"):
+    for how in ("kept", "offsets", "recycled", "outputs", "heat", "scrambled"):
         cand = [r["cand_ms"] for r in rows if r["how"] == how]
         ref = [r["ref_ms"] for r in rows if r["how"] == how]
         if len(cand) > 1:
