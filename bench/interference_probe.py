@@ -16,6 +16,14 @@ does one kind of traffic in a loop, then none:
 - ``load``: compiles a small Triton kernel for a new constant each time and loads it (no launch), as a
   precompile does.
 
+``--timeline GIB`` asks how long one such event disturbs a timing, and whether the timer's L2 flush (a fixed
+memory-bound workload) sees it: the helper allocates GIB GiB once (``alloc-once``), or holds that much written
+and frees it once with ``empty_cache`` (``free-once``), while this process times the candidate sample after
+sample as the evaluator's timer does (flush, then the call between events) from 0.2 s before to 1.5 s after;
+each sample's time, flush time and moment go in the report. ``idle-start`` has no helper: the GPU idles for
+1 s, then samples run back to back for 1.5 s, judged against the last 0.5 s (does a timing that starts on an
+idle GPU, its clocks down, read slow at first? the evaluator's first placements did, with one worker too).
+
     python bench/interference_probe.py --problem 8_MeanReduction --set batch_size=4096,dim=8192 --out i.json
 """
 
@@ -33,6 +41,85 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ACTIVITIES = ("idle", "alloc", "alloc-touch", "load")
 GIB = 1 << 30
+
+
+def _once(activity: str, gib: float, ready, go, done) -> None:
+    """The timeline's helper: one allocation of ``gib`` GiB (``alloc-once``), or one free of as much, written
+    beforehand (``free-once``), when ``go`` is set."""
+    import torch
+
+    torch.ones(1, device="cuda")
+    held = None
+    if activity == "free-once":
+        held = torch.empty(int(gib * GIB), dtype=torch.uint8, device="cuda")
+        held.fill_(1)
+    torch.cuda.synchronize()
+    ready.set()
+    go.wait(120)
+    if activity == "free-once":
+        del held
+        torch.cuda.empty_cache()
+    else:
+        held = torch.empty(int(gib * GIB), dtype=torch.uint8, device="cuda")
+    done.set()
+    time.sleep(2.0)
+
+
+def timeline(ctx, candidate, activity: str, gib: float) -> dict:
+    """The candidate timed sample after sample (flush, then the call between events, as the evaluator's timer)
+    from 0.2 s before the helper's one event to 1.5 s after: each sample's ms, flush us and moment (s)."""
+    import torch
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    lead, flushed, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    ready, go, done = ctx.Event(), ctx.Event(), ctx.Event()
+    helper = None
+    if activity == "idle-start":  # no helper: the GPU idles, then the samples start at 0.2 s
+        ready.set()
+        done.set()
+        torch.cuda.synchronize()
+        time.sleep(1.0)
+    else:
+        helper = ctx.Process(target=_once, args=(activity, gib, ready, go, done), daemon=True)
+        helper.start()
+    ready.wait(120)
+    samples, t0, fired, event_s = [], time.perf_counter(), False, None
+    if activity == "idle-start":
+        t0 -= 0.2  # its samples start at the event
+        fired = True
+    while time.perf_counter() - t0 < 1.7:
+        now = time.perf_counter() - t0
+        if not fired and now >= 0.2:
+            go.set()
+            fired = True
+        if fired and event_s is None and done.is_set():
+            event_s = now
+        lead.record()
+        flush.zero_()
+        flushed.record()
+        start.record()
+        candidate()
+        end.record()
+        end.synchronize()
+        samples.append((round(now, 4), start.elapsed_time(end), lead.elapsed_time(flushed) * 1000))
+    if helper is not None:
+        helper.join(10)
+    calm = (lambda t: t < 0.2) if activity != "idle-start" else (lambda t: t >= 1.2)  # the reference samples
+    before = [ms for t, ms, _ in samples if calm(t)]
+    quiet = statistics.median(before) if before else None
+    disturbed = [t for t, ms, _ in samples if t >= 0.2 and quiet and ms > quiet * 1.02]
+    return {
+        "activity": activity,
+        "gib": gib,
+        "event_done_s": event_s,
+        "quiet_ms": quiet,
+        "quiet_flush_us": statistics.median(f for t, _, f in samples if calm(t)) if before else None,
+        "max_ms_after": max((ms for t, ms, _ in samples if t >= 0.2), default=None),
+        "max_flush_us_after": max((f for t, _, f in samples if t >= 0.2), default=None),
+        "disturbed_from_to_s": [disturbed[0], disturbed[-1]] if disturbed else None,
+        "disturbed_samples": len(disturbed),
+        "samples": samples,
+    }
 
 
 def _helper(activity: str, ready, stop, counter) -> None:
@@ -80,6 +167,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", default="", help="module constants for get_inputs, e.g. batch_size=4096,dim=8192")
     ap.add_argument("--rounds", type=int, default=6, help="do_bench rounds per activity")
     ap.add_argument("--activities", default=",".join(ACTIVITIES))
+    ap.add_argument("--timeline", type=float, default=0.0, metavar="GIB", help="also time around one event of GIB GiB")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
 
@@ -133,8 +221,20 @@ def main(argv=None) -> int:
                 f"(max {s['cand_max']:.4f})  helper did {done} in the meantime",
                 flush=True,
             )
+        timelines = []
+        for activity in ("idle-start", "alloc-once", "free-once") if args.timeline else ():
+            line = timeline(ctx, cand, activity, args.timeline)
+            timelines.append(line)
+            print(
+                f"{activity:12s} {args.timeline:g} GiB: quiet {line['quiet_ms']:.4f} ms (flush "
+                f"{line['quiet_flush_us']:.0f} us), after it up to {line['max_ms_after']:.4f} ms (flush "
+                f"{line['max_flush_us_after']:.0f} us), {line['disturbed_samples']} samples > 2 % slower "
+                f"in {line['disturbed_from_to_s']} s (event done at {line['event_done_s']} s)",
+                flush=True,
+            )
     report = {
         "bench": "interference-probe",
+        "timelines": timelines,
         "problem": args.problem,
         "set": args.set,
         "gpu": torch.cuda.get_device_name(0),

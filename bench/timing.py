@@ -110,8 +110,8 @@ class Bench:
             c.problem: c for c in load_solutions("builtin", list(self.problems.values()), "triton", pm=self.pm)
         }
         self.config = EvalConfig(device=args.device, timeout_s=args.timeout)
-        placing = {k: getattr(args, k) for k in ("timing_placements", "placement_shift_mib")}
-        # the evaluator's and the ground truth's placements alike
+        placing = {k: getattr(args, k, None) for k in ("timing_placements", "placement_shift_mib", "settle_ms")}
+        # the evaluator's and the ground truth's placements alike (settle_ms: the evaluator's timer only)
         self.config = attrs.evolve(self.config, **{k: v for k, v in placing.items() if v is not None})
         self.pool = None
 
@@ -302,6 +302,9 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument(
         "--timing-placements", type=int, default=None, help="EvalConfig.timing_placements (default: its default)"
+    )
+    parser.add_argument(
+        "--settle-ms", type=float, default=None, help="EvalConfig.settle_ms (default: its default, off)"
     )
     parser.add_argument(
         "--placement-shift-mib", type=float, default=None, help="EvalConfig.placement_shift_mib (default: its default)"

@@ -175,6 +175,13 @@ class EvalConfig:
         8, "placements of the inputs the timing is spread over (GPU; fewer where copies would not fit)",
         attrs.validators.ge(1),
     )  # fmt: skip
+    # Before each placement's timed pairs, flush L2 until the flush takes its quiet time again (at most this
+    # long): another process's cudaMalloc/cudaFree, or the driver's work after it, slowed timed memory-bound
+    # kernels by 4-13 % for tens of ms on an H200 (kzcore.builtins.timing.settle; not yet measured on a GPU)
+    settle_ms: float = _setting(
+        0.0, "ms the timer may wait, before each placement, for the L2 flush to take its quiet time (GPU; 0: off)",
+        attrs.validators.ge(0),
+    )  # fmt: skip
     placement_shift_mib: float = _setting(
         0.0, "0: each placement a separate copy of the inputs; N: views N MiB apart in one buffer per input",
         attrs.validators.ge(0),

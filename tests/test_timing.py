@@ -18,6 +18,8 @@ from kzcore.builtins.timing import (
     LaunchCover,
     interleaved,
     median_rel_error,
+    settle,
+    settle_note,
 )
 from kzcore.types import EvalConfig
 
@@ -126,6 +128,45 @@ def test_the_cover_never_grows_past_its_cap():
     cover = LaunchCover(100.0)
     assert cover.raise_for(10 * MAX_COVER_US, 75.0, 100.0) and cover.requested_us == MAX_COVER_US
     assert not cover.raise_for(10 * MAX_COVER_US, 75.0, MAX_COVER_US)
+
+
+def _flushes(values, sleep_s=0.0):
+    """A stand-in for one timed L2 flush: the next of ``values`` (us), the last one repeated."""
+    import time
+
+    values = list(values)
+
+    def flush_us():
+        if sleep_s:
+            time.sleep(sleep_s)
+        return values.pop(0) if len(values) > 1 else values[0]
+
+    return flush_us
+
+
+def test_settle_waits_until_the_flush_takes_its_quiet_time_again(monkeypatch):
+    """Before timing, the L2 flush (a fixed memory-bound workload) runs until three in a row take within 3 % of
+    the quickest flush the process has seen: a falling sequence (the GPU's memory getting quieter) is not yet
+    quiet; a flush slower than one seen before (another process's memory traffic) waits; quiet at once, no
+    note; the budget ends a wait that would not end, and the note says so."""
+    from kzcore.builtins import timing
+
+    monkeypatch.setattr(timing, "_quickest_flush_us", {})
+    waited, flushes, slowest, quickest = settle(_flushes([90, 88, 85, 76, 75, 75.5, 75.2]), 1000.0)
+    assert (flushes, slowest, quickest) == (6, 90, 75)  # stops at 76, 75, 75.5: within 3 % of 75
+    assert "waited" in settle_note(waited, flushes, slowest, quickest, 1000.0)
+
+    # the next placement: the quickest seen (75 us) is remembered, so a flat 82 us is not quiet
+    waited, flushes, slowest, quickest = settle(_flushes([82, 82, 82, 82, 76, 75.4, 75.1]), 1000.0)
+    assert (flushes, slowest, quickest) == (7, 82, 75)
+    assert settle(_flushes([75.5]), 1000.0)[1] == 3
+    assert settle_note(*settle(_flushes([75.5]), 1000.0), 1000.0) == ""
+
+    waited, flushes, *_ = settle(_flushes([82], sleep_s=0.002), 30.0)
+    assert 30.0 <= waited < 200 and flushes < 20
+    note = settle_note(waited, flushes, 82, 75, 30.0)
+    assert "still busy" in note and "82 us" in note and "75 us" in note
+    assert timing._quickest_flush_us == {0: 75}
 
 
 def test_timing_runs_with_the_instrumentation_off_the_launch_path(tmp_path):

@@ -127,6 +127,46 @@ class LaunchCover:
         return ""
 
 
+QUIET_SLACK = 0.03  # a flush within this of the quickest this process has seen is quiet
+QUIET_IN_A_ROW = 3  # quiet flushes in a row that end `settle`
+_quickest_flush_us: dict = {}  # per device: the quickest settle flush this process has seen
+
+
+def settle(flush_us, budget_ms: float, device=0) -> tuple[float, int, float, float]:
+    """Wait for the GPU's memory to be quiet before timing: run ``flush_us`` (one L2 flush, timed by events on
+    the GPU, in microseconds: a fixed memory-bound workload) until ``QUIET_IN_A_ROW`` in a row take within
+    ``QUIET_SLACK`` of the quickest flush this process has seen on ``device``, or ``budget_ms`` has passed.
+    Another process's device-memory traffic slowed timed memory-bound kernels by 4-13 % for tens of ms on an H200
+    (``bench/interference_probe.py``); a flush then takes longer too. Returns (ms waited, flushes, slowest and
+    quickest flush in us)."""
+    start = time.perf_counter()
+    quickest = _quickest_flush_us.get(device, float("inf"))
+    last: list[float] = []
+    while True:
+        us = flush_us()
+        last.append(us)
+        quickest = min(quickest, us)
+        recent = last[-QUIET_IN_A_ROW:]  # all of them near the quickest: a falling sequence is not yet quiet
+        if len(recent) == QUIET_IN_A_ROW and max(recent) <= quickest * (1 + QUIET_SLACK):
+            break
+        if (time.perf_counter() - start) * 1000 >= budget_ms:
+            break
+    slowest, flushes = max(last), len(last)
+    _quickest_flush_us[device] = quickest
+    return (time.perf_counter() - start) * 1000, flushes, slowest, quickest
+
+
+def settle_note(waited_ms: float, flushes: int, slowest: float, quickest: float, budget_ms: float) -> str:
+    """A timing note for a `settle` that had to wait ("" when the first flushes were quiet)."""
+    if flushes <= QUIET_IN_A_ROW:
+        return ""
+    busy = " (still busy: the budget ran out)" if waited_ms >= budget_ms else ""
+    return (
+        f"waited {waited_ms:.1f} ms for a quiet GPU{busy}: the L2 flush took up to {slowest:.0f} us, "
+        f"quietly {quickest:.0f} us"
+    )
+
+
 def time_cuda(reference, candidate, config) -> Timing:
     """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait (``launch_cover_us`` at
     first), then the start event, the call and the end event, queued back to back on the current stream and
@@ -135,7 +175,7 @@ def time_cuda(reference, candidate, config) -> Timing:
     longer to queue than the GPU waited is taken again behind a longer wait. So the events hold the kernels'
     GPU time, launches and the gaps between a forward's kernels excluded, as under CUDA-graph replay, whatever
     the host's speed. Work the call leaves running on another stream is outside the events: the GPU-work stage
-    refuses it."""
+    refuses it. With ``settle_ms`` > 0 it first flushes until a flush takes its quiet time again (`settle`)."""
     import torch
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if config.flush_l2 else None
@@ -171,11 +211,25 @@ def time_cuda(reference, candidate, config) -> Timing:
         reference()
         candidate()
     torch.cuda.synchronize()
+    quiet_note = ""
+    if flush is not None and config.settle_ms > 0:
+
+        def flush_us() -> float:
+            lead.record()
+            flush.zero_()
+            flushed.record()
+            flushed.synchronize()
+            return lead.elapsed_time(flushed) * 1000
+
+        waited = settle(flush_us, config.settle_ms, torch.cuda.current_device())
+        quiet_note = settle_note(*waited, config.settle_ms)
     probe = timed(reference) + timed(candidate)
-    reps, note = config.reps, ""
+    reps, note = config.reps, quiet_note
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
-        note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
+        note = "; ".join(
+            x for x in (quiet_note, f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}") if x
+        )
     ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
     ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
     if ref_cover is cand_cover:  # one callable timed against itself (the identity check)
