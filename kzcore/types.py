@@ -176,8 +176,9 @@ class EvalConfig:
         attrs.validators.ge(1),
     )  # fmt: skip
     # Before each placement's timed pairs, flush L2 until the flush takes its quiet time again (at most this
-    # long): another process's cudaMalloc/cudaFree, or the driver's work after it, slowed timed memory-bound
-    # kernels by 4-13 % for tens of ms on an H200 (kzcore.builtins.timing.settle; not yet measured on a GPU)
+    # long): on an H200 another process's cudaMalloc/cudaFree slowed timed memory-bound kernels by 4-13 %, and
+    # a job's first 20-40 ms of timing read slow, one worker alone too (kzcore.builtins.timing.settle; off
+    # until measured on a GPU)
     settle_ms: float = _setting(
         0.0, "ms the timer may wait, before each placement, for the L2 flush to take its quiet time (GPU; 0: off)",
         attrs.validators.ge(0),

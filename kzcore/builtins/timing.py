@@ -136,9 +136,10 @@ def settle(flush_us, budget_ms: float, device=0) -> tuple[float, int, float, flo
     """Wait for the GPU's memory to be quiet before timing: run ``flush_us`` (one L2 flush, timed by events on
     the GPU, in microseconds: a fixed memory-bound workload) until ``QUIET_IN_A_ROW`` in a row take within
     ``QUIET_SLACK`` of the quickest flush this process has seen on ``device``, or ``budget_ms`` has passed.
-    Another process's device-memory traffic slowed timed memory-bound kernels by 4-13 % for tens of ms on an H200
-    (``bench/interference_probe.py``); a flush then takes longer too. Returns (ms waited, flushes, slowest and
-    quickest flush in us)."""
+    On an H200 another process's device-memory traffic slowed timed memory-bound kernels by 4-13 %
+    (``bench/interference_probe.py``), and the first 20-40 ms of a job's timing read slow (a GPU whose clocks
+    idled, or that just allocated or freed memory); a flush should then take longer too (not yet measured).
+    Returns (ms waited, flushes, slowest and quickest flush in us)."""
     start = time.perf_counter()
     quickest = _quickest_flush_us.get(device, float("inf"))
     last: list[float] = []

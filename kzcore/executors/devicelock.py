@@ -102,9 +102,9 @@ def device_work():
     """The shared lock of this worker's GPU around device work done outside the evaluation stages' own locks
     (a worker's start-up, returning cached memory, loading a compiled kernel into the CUDA context), so none
     of it runs while another worker on the GPU times: on an H200 another process's cudaMalloc/cudaFree slowed
-    timed memory-bound kernels by 4-13 % (``bench/interference_probe.py``). A no-op outside a worker, and where this worker
-    already holds the lock (a stage's, shared or exclusive): never a second hold that a waiting writer could
-    deadlock."""
+    timed memory-bound kernels by 4-13 % (``bench/interference_probe.py``). A no-op outside a worker, and where
+    this worker already holds the lock (a stage's, shared or exclusive): never a second hold that a waiting
+    writer could deadlock."""
     if _bound is None or _bound[0].holding[_bound[1]] != NONE:
         yield
         return
