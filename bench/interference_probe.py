@@ -179,10 +179,7 @@ def main(argv=None) -> int:
     from placement_probe import _load
     from triton.testing import do_bench
 
-    problem, solution = _load(args.problem, args.level)
-    for item in filter(None, args.set.split(",")):
-        name, _, value = item.partition("=")
-        setattr(problem, name.strip(), int(value))
+    problem, solution = _load(args.problem, args.level, args.set)
     ctx = mp.get_context("spawn")
     t0 = time.perf_counter()
     rows, summary = [], {}

@@ -39,13 +39,19 @@ MIB = 1 << 20
 OFFSETS_MIB = (0, 0.0625, 1, 2, 4, 6, 8, 16, 32, 64, 128, 256)
 
 
-def _load(problem: str, level: str):
+def _load(problem: str, level: str, sets: str = ""):
+    """The built-in problem's module, its module constants set from ``sets`` (``batch_size=4096,dim=4096``,
+    read by its get_inputs), and its Triton solution's module."""
     from kzcore.problems import import_module_from_file
 
-    return (
-        import_module_from_file(BUILTIN / level / f"{problem}.py", f"probe_problem_{problem}"),
-        import_module_from_file(BUILTIN / "solutions/triton" / level / f"{problem}.py", f"probe_solution_{problem}"),
+    problem_mod = import_module_from_file(BUILTIN / level / f"{problem}.py", f"probe_problem_{problem}")
+    for item in filter(None, sets.split(",")):
+        name, _, value = item.partition("=")
+        setattr(problem_mod, name.strip(), int(value))
+    solution = import_module_from_file(
+        BUILTIN / "solutions/triton" / level / f"{problem}.py", f"probe_solution_{problem}"
     )
+    return problem_mod, solution
 
 
 def _check(result):
@@ -149,10 +155,7 @@ def main(argv=None) -> int:
     from triton.testing import do_bench
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    problem, solution = _load(args.problem, args.level)
-    for item in filter(None, args.set.split(",")):
-        name, _, value = item.partition("=")
-        setattr(problem, name.strip(), int(value))
+    problem, solution = _load(args.problem, args.level, args.set)
     t0 = time.perf_counter()
     with torch.device("cuda"), torch.no_grad():
         torch.manual_seed(0)

@@ -184,14 +184,17 @@ def time_cuda(reference, candidate, config) -> Timing:
     rate = spin_cycles_per_us() if config.launch_cover_us > 0 else 0.0
     covers = {}
 
+    def flush_l2() -> None:  # between the lead and flushed events: their gap is the flush's GPU time
+        lead.record()
+        if flush is not None:
+            flush.zero_()
+        flushed.record()
+
     def timed(fn) -> float:
         cover = covers.setdefault(id(fn), LaunchCover(config.launch_cover_us))
         while True:
             t0 = time.perf_counter()
-            lead.record()
-            if flush is not None:
-                flush.zero_()
-            flushed.record()
+            flush_l2()
             if cover.requested_us > 0 and rate:
                 torch.cuda._sleep(cover.cycles(rate))
             start.record()
@@ -216,28 +219,24 @@ def time_cuda(reference, candidate, config) -> Timing:
     if flush is not None and config.settle_ms > 0:
 
         def flush_us() -> float:
-            lead.record()
-            flush.zero_()
-            flushed.record()
+            flush_l2()
             flushed.synchronize()
             return lead.elapsed_time(flushed) * 1000
 
         waited = settle(flush_us, config.settle_ms, torch.cuda.current_device())
         quiet_note = settle_note(*waited, config.settle_ms)
     probe = timed(reference) + timed(candidate)
-    reps, note = config.reps, quiet_note
+    reps, note = config.reps, ""
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
-        note = "; ".join(
-            x for x in (quiet_note, f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}") if x
-        )
+        note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
     ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
     ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
     if ref_cover is cand_cover:  # one callable timed against itself (the identity check)
         cover_notes = (ref_cover.summary("reference and candidate"),)
     else:
         cover_notes = (ref_cover.summary("reference"), cand_cover.summary("candidate"))
-    note = "; ".join(x for x in (note, stop_note, *cover_notes) if x)
+    note = "; ".join(x for x in (quiet_note, note, stop_note, *cover_notes) if x)
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
         cand_ms=max(statistics.median(cand_ms), 1e-6),
