@@ -9,8 +9,13 @@ the first input placed three ways in one process:
 - ``scrambled`` (``--scrambled``): a copy whose pages (the driver's allocation granularity, 2 MiB) are drawn at
   random from ``--page-pool`` times as many as it needs, mapped into one virtual range with CUDA's virtual
   memory API (the pages not drawn are given back at once): does a placement built from pages spread over a
-  wider physical range read the mean speed, every time? (22_MatVec's copies in one job were all slow, or
-  mostly fast, on 2026-12-03: the copies of one job are not independent draws.)
+  wider physical range read the mean speed, every time (22_MatVec's allocator copies in one job were all
+  slow, or mostly fast: not independent draws)? ``--page-pool 1,2,4`` tries each pool in turn (rows
+  ``scrambled-p1``, ``scrambled-p2``, ``scrambled`` for 4); pool 1 only shuffles the order of the pages.
+  On the H200 (2026-12-03) no: 22_MatVec's candidate read 0.547, 0.529 and 0.509 ms on average with pools 1,
+  2 and 4 (each steady within 0.1-1 %), so the pool, not the order, sets the speed; and an evaluator that
+  timed such copies (pool 2, written and run once, then taken out) still varied 2.96 % from run to run on
+  22_MatVec, one job's copies alike, while moving three other kernels' speedups 2-4 % from do_bench's.
 - ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
   each side from every earlier measurement kept alive, so the allocator hands the next ones another block).
 - ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying a 4 GiB buffer
@@ -140,7 +145,9 @@ def main(argv=None) -> int:
     ap.add_argument("--recycled", type=int, default=6, help="allocate / time / free + empty_cache cycles")
     ap.add_argument("--outputs", type=int, default=6, help="measurements with the outputs on new memory")
     ap.add_argument("--scrambled", type=int, default=0, help="copies on pages drawn from a wider pool")
-    ap.add_argument("--page-pool", type=int, default=4, help="scrambled: physical pages made per page used")
+    ap.add_argument(
+        "--page-pool", default="4", help="scrambled: physical pages made per page used (a list: each in turn)"
+    )
     ap.add_argument("--heat-rounds", type=int, default=0, help="busy / idle rounds of the heat mode")
     ap.add_argument("--heat-s", type=float, default=8.0, help="seconds of each busy and each idle phase")
     ap.add_argument("--set", default="", help="module constants for get_inputs, e.g. batch_size=4096,dim=4096")
@@ -201,10 +208,12 @@ def main(argv=None) -> int:
                     rows.append(measure(first, "heat", f"{phase}{r}", state=True))
             del src, dst
             torch.cuda.empty_cache()
-        for i in range(args.scrambled):
-            copy = ScrambledCopy(first, args.page_pool, seed=i)
-            rows.append(measure(copy.tensor, "scrambled", i))
-            copy.free()
+        for pool in [int(p) for p in str(args.page_pool).split(",")]:
+            how = "scrambled" if pool == 4 else f"scrambled-p{pool}"  # pool 4: the first probe's, its name kept
+            for i in range(args.scrambled):
+                copy = ScrambledCopy(first, pool, seed=i)
+                rows.append(measure(copy.tensor, how, i))
+                copy.free()
         held = []
         for i in range(args.kept):
             x = first.clone()
@@ -227,7 +236,7 @@ def main(argv=None) -> int:
             del x
             torch.cuda.empty_cache()
     summary = {}
-    for how in ("kept", "offsets", "recycled", "outputs", "heat", "scrambled"):
+    for how in dict.fromkeys(r["how"] for r in rows):
         cand = [r["cand_ms"] for r in rows if r["how"] == how]
         ref = [r["ref_ms"] for r in rows if r["how"] == how]
         if len(cand) > 1:

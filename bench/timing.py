@@ -15,16 +15,23 @@ prints a compact summary.
     python bench/timing.py --device cpu --out /tmp/timing.json        (smoke run: Triton interpreter, small
                                                                        sizes, a wall-clock timer; no figure
                                                                        from it is a performance figure)
+
+--ground-truth (bench/timing_truth.py) writes --out after each phase with "partial": true and "phases_done",
+the last write "partial": false; SIGTERM (gpu-check's timeout) or Ctrl-C writes what was measured and exits
+128 + the signal (`TruthReport`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -303,9 +310,7 @@ def main() -> int:
     parser.add_argument(
         "--timing-placements", type=int, default=None, help="EvalConfig.timing_placements (default: its default)"
     )
-    parser.add_argument(
-        "--settle-ms", type=float, default=None, help="EvalConfig.settle_ms (default: its default, off)"
-    )
+    parser.add_argument("--settle-ms", type=float, default=None, help="EvalConfig.settle_ms (default: its default)")
     parser.add_argument(
         "--placement-shift-mib", type=float, default=None, help="EvalConfig.placement_shift_mib (default: its default)"
     )
@@ -400,8 +405,7 @@ def main() -> int:
         "results": rows + more + bare_rows,
     }
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2))
+        write_json_atomic(args.out, report)
     s = report["summary"]
     print(f"timing bench on {report['device']}{' (smoke: not performance figures)' if smoke else ''}")
     print(f"  repeat          max speedup CV {_pct(s['max_speedup_cv'])} (target <= {_pct(TARGET_CV)})")
@@ -414,44 +418,143 @@ def main() -> int:
     return 0
 
 
-def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
-    from bench.timing_truth import ground_truth
-    from kzcore.results import package_versions
+class Terminated(BaseException):
+    """SIGTERM (what ``timeout`` sends at its limit) raised in the main thread by `sigterm_raises`: the bench
+    unwinds as on Ctrl-C, through every ``finally`` (the worker pools closed), and writes what it measured.
+    A BaseException, so that the ``except Exception`` recording a kernel's failure does not swallow it."""
 
-    truth = ground_truth(bench, args)
-    self_ref = bench.self_reference()
-    report = {
-        "bench": "timing-ground-truth",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": platform.node(),
-        "device": _device_name(args.device),
-        "smoke": smoke,
-        "packages": package_versions(),
-        "ground_truth": truth,
-        "self_reference": self_ref,
-        "total_s": round(time.perf_counter() - t0, 3),
-    }
-    return _report_truth(report, args.out)
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after."""
+
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    """``data`` as JSON at ``path``, through a temporary file in the same folder and os.replace: a reader, or a
+    kill in the middle of the write, finds the previous file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the report private to its writer
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class TruthReport:
+    """The ``--ground-truth`` report as it stands. Written to ``--out`` after every phase (`checkpoint`: the
+    direct measurements, the placements and processes when asked for, each pool) with ``"partial": true`` and
+    the phases done, so that a run cut short keeps what it measured (2026-12-03: gpu-check's ``timeout`` ended
+    a run after 7 minutes of measurements and the report, written only at the end, was lost); the last write
+    (`final`) has ``"partial": false`` and self_reference."""
+
+    def __init__(self, args, smoke: bool, t0: float):
+        from bench.timing_truth import Measured
+        from kzcore.results import package_versions
+
+        self.out, self.t0 = args.out, t0
+        self.head = {"device": _device_name(args.device), "smoke": smoke, "packages": package_versions()}
+        self.measured = Measured(on_phase=self.checkpoint)
+        self.self_ref: dict | None = None
+
+    def phases_done(self) -> list[str]:
+        """The ground truth's phases finished so far (`Measured.done`), then "self_reference" once it ran."""
+        return [*self.measured.phases_done, *(["self_reference"] if self.self_ref is not None else [])]
+
+    def assemble(self, partial: bool) -> dict:
+        """The report with its summary (`_summarize_truth`): every section measured so far."""
+        report = {
+            "bench": "timing-ground-truth",
+            "partial": partial,
+            "phases_done": self.phases_done(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": platform.node(),
+            **self.head,
+            "ground_truth": self.measured.section(),
+            **({"self_reference": self.self_ref} if self.self_ref is not None else {}),
+            "total_s": round(time.perf_counter() - self.t0, 3),
+        }
+        return _summarize_truth(report)
+
+    def checkpoint(self, phase: str) -> None:
+        """After ``phase``: the partial report, replacing the previous one."""
+        if self.out:
+            write_json_atomic(self.out, self.assemble(partial=True))
+
+    def final(self) -> int:
+        """The complete report, written and printed."""
+        return _finish_truth(self.assemble(partial=False), self.out)
+
+    def cut_short(self, exc: BaseException) -> str:
+        """The run ended early by ``exc``: what was measured written as a partial report (``cut_short`` says
+        why); returns the one line for stderr naming the file and the phases done."""
+        why = str(exc) if isinstance(exc, Terminated) else type(exc).__name__
+        where = "no --out, nothing written"
+        if self.out:
+            try:
+                write_json_atomic(self.out, {**self.assemble(partial=True), "cut_short": why})
+                where = f"partial report in {self.out}"
+            except Exception as error:  # the last checkpoint stays on disk
+                where = f"{self.out} keeps the last checkpoint (writing this one failed: {type(error).__name__})"
+        done = ", ".join(self.phases_done()) or "none"
+        return f"timing.py --ground-truth: {why}: stopped; {where} (phases done: {done})"
+
+
+def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
+    """``--ground-truth``: the ground truth (bench/timing_truth.py) and the self-reference, the report written
+    after every phase (`TruthReport`). SIGTERM and Ctrl-C write what was measured and exit with 128 + the
+    signal's number; any other error writes it too, then propagates."""
+    from bench.timing_truth import ground_truth
+
+    report = TruthReport(args, smoke, t0)
+    try:
+        with sigterm_raises():
+            ground_truth(bench, args, report.measured)
+            report.self_ref = bench.self_reference()
+    except (Terminated, KeyboardInterrupt) as exc:
+        print(report.cut_short(exc), file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    except Exception as exc:
+        print(report.cut_short(exc), file=sys.stderr)
+        raise
+    return report.final()
 
 
 def rederive_main(path: str, out: str | None) -> int:
-    """``--rederive FILE``: a recorded ground-truth report judged again by today's rules, nothing measured."""
+    """``--rederive FILE``: a recorded ground-truth report judged again by today's rules, nothing measured. A
+    partial report (a run cut short) is judged on what it has and stays marked partial."""
     from bench.timing_truth import rederive
 
     try:
         report = json.loads(Path(path).read_text())
         report["ground_truth"] = rederive(report)
-    except (OSError, ValueError, KeyError) as exc:
+        _summarize_truth(report)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"--rederive: {path} is not a ground-truth report ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
-    return _report_truth(report, out)
+    return _finish_truth(report, out)
 
 
-def _report_truth(report: dict, out: str | None) -> int:
-    """The report's summary from its ground truth and self-reference, written to ``out`` and printed."""
-    from bench.timing_truth import TARGET_REL
-
-    truth, self_ref = report["ground_truth"], report["self_reference"]
+def _summarize_truth(report: dict) -> dict:
+    """``report["summary"]`` from its ground truth and its self-reference (None while not run: a partial
+    report); returns the report."""
+    truth, self_ref = report["ground_truth"], report.get("self_reference") or {}
     report["summary"] = {
         "kernels": truth["kernels"],
         "held_to_targets": truth["held_to_targets"],
@@ -459,16 +562,24 @@ def _report_truth(report: dict, out: str | None) -> int:
         "ok_vs_truth": truth["ok_vs_truth"],
         "do_bench_times_the_host": [r["kernel"] for r in truth["do_bench_times_the_host"]],
         "ok_cv": truth["ok_cv"],
-        "self_reference_max_dev": self_ref["max_dev"],
-        "ok_self_reference": self_ref["ok"],
+        "self_reference_max_dev": self_ref.get("max_dev"),
+        "ok_self_reference": self_ref.get("ok"),
         **({"rederived": truth["rederived"]} if "rederived" in truth else {}),
     }
+    return report
+
+
+def _finish_truth(report: dict, out: str | None) -> int:
+    """A summarized report written to ``out`` (when given) and its summary printed."""
+    from bench.timing_truth import TARGET_REL
+
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(report, indent=2, default=str))
+        write_json_atomic(out, report)
     s = report["summary"]
     smoke = " (smoke: not performance figures)" if report.get("smoke") else ""
     print(f"timing ground truth on {report['device']}{smoke}")
+    if report.get("partial"):
+        print(f"  partial: a run cut short, phases done: {', '.join(report.get('phases_done', [])) or 'none'}")
     if "rederived" in s:
         print(f"  re-derived from the recorded measurements by the rule of {s['rederived']}")
     print(f"  {s['held_to_targets']} of {s['kernels']} kernels held to the targets; worst per pool: {s['worst']}")

@@ -387,10 +387,11 @@ def through_pool(bench, case_list: list[dict], workers_per_gpu: int, runs: int, 
     if compile_always:
         os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # every job compiles its kernels while others time theirs
     config = attrs.evolve(bench.config, workers_per_gpu=workers_per_gpu)
-    t0 = time.perf_counter()
-    pool = LocalPool(config=config, plugins=["kz_triton", *bench.timer_specs]).start()
-    start_s = time.perf_counter() - t0
-    try:
+    pool = LocalPool(config=config, plugins=["kz_triton", *bench.timer_specs])
+    try:  # started inside: an interrupt (bench/timing.py's SIGTERM) at any point still closes the pool
+        t0 = time.perf_counter()
+        pool.start()
+        start_s = time.perf_counter() - t0
         jobs = []
         for run in range(runs):
             for case in case_list:
@@ -425,20 +426,122 @@ def cv(values: list[float | None]) -> float | None:
     return statistics.stdev(values) / statistics.mean(values)
 
 
-def ground_truth(bench, args) -> dict:
-    """The whole ground-truth section: direct measurements, then the pools; per-kernel rows and targets."""
-    t0 = time.perf_counter()
+class Measured:
+    """What a ground-truth run has measured so far, filled phase by phase: the direct measurements (label ->
+    `direct`'s dict, kernel by kernel), the placements and the fresh processes when asked for, each pool's
+    results. `section` assembles the report's ground-truth section from whatever is there, so that a run cut
+    short (a time limit's SIGTERM, an error) still writes what it finished: bench/timing.py passes
+    ``on_phase``, which writes the report after every phase."""
+
+    def __init__(self, on_phase=None):
+        self.cases: list[dict] = []
+        self.truth: dict = {}
+        self.placed: dict = {}
+        self.spread: dict = {}
+        self.pools: dict = {}  # workers per GPU -> `through_pool`'s result
+        self.phases_done: list[str] = []
+        self.on_phase = on_phase
+        self.t0 = time.perf_counter()
+
+    def done(self, phase: str) -> None:
+        """``phase`` finished: named in ``phases_done``, then ``on_phase(phase)`` (the checkpoint)."""
+        self.phases_done.append(phase)
+        if self.on_phase is not None:
+            self.on_phase(phase)
+
+    def section(self) -> dict:
+        """The ground-truth section of the report: one judged row per kernel measured directly so far, with
+        the pools finished so far, and the targets over those rows."""
+        rows = [self.row(case) for case in self.cases if case["label"] in self.truth]
+        return {
+            **summary(rows, [f"{k}w" for k in self.pools]),
+            "pools": {f"{k}w": {x: v[x] for x in ("pool_start_s", "wall_s", "started")} for k, v in self.pools.items()},
+            "rows": rows,
+            "wall_s": round(time.perf_counter() - self.t0, 2),
+        }
+
+    def row(self, case: dict) -> dict:
+        """One kernel's row: its direct measurements, placements and processes when measured, and one entry
+        per finished pool (`_pool_entry`), judged (`judge`)."""
+        label = case["label"]
+        t = self.truth[label]
+        db, cg = t.get("do_bench", {}), t.get("cudagraph", {})
+        row = {"kernel": label, "size": case["size"], "do_bench": db, "cudagraph": cg, "error": t.get("error")}
+        row["flushed_graph"] = t.get("flushed_graph", {})
+        if label in self.placed:
+            row["placements"] = self.placed[label]
+        if label in self.spread:
+            row["processes"] = self.spread[label]
+        row.update({k: t.get(k) for k in ("host_us", "iteration_host_us", "flush_us")})  # judged in `judge`
+        for per_gpu, pool in self.pools.items():
+            row[f"kz_{per_gpu}w"] = _pool_entry(pool, label, row)
+        return judge(row)
+
+
+VERSUS = (("vs_do_bench", "do_bench"), ("vs_flushed_graph", "flushed_graph"), ("vs_cudagraph", "cudagraph"))
+
+
+def _pool_entry(pool: dict, label: str, row: dict) -> dict:
+    """A kernel's results through one pool (`through_pool`): statuses, speedups and their median and CV, and
+    the median against each direct measurement of ``row``."""
+    results = pool["by_label"].get(label, [])
+    speedups = [r.speedup for r in results]
+    ok_speedups = [s for s in speedups if s is not None]
+    med = statistics.median(ok_speedups) if ok_speedups else None
+    entry = {
+        "statuses": sorted({r.status.value for r in results}),
+        "speedups": speedups,
+        "speedup_median": med,
+        "speedup_cv": cv(speedups) if None not in speedups else None,
+        "ref_ms": [r.ref_ms for r in results],
+        "cand_ms": [r.cand_ms for r in results],
+        "messages": sorted({r.message[:160] for r in results if r.message}),
+        "notes": sorted({(r.timing_note or "")[:160] for r in results if r.timing_note}),
+        "placement_ms": [r.placement_ms for r in results],
+        "done_s": [pool["done_s"].get((r.origin, r.sample)) for r in results],
+    }
+    for key, timer in VERSUS:
+        if med is not None and row[timer].get("speedup"):
+            entry[key] = med / row[timer]["speedup"]
+    return entry
+
+
+def ground_truth(bench, args, measured: Measured | None = None) -> dict:
+    """The whole ground-truth section: direct measurements, then placements and processes when asked for,
+    then the pools; per-kernel rows and targets. ``measured`` (bench/timing.py's) is filled as it goes and
+    told when each phase is done: "direct", "placements", "processes", "pool_1w", "pool_4w"."""
+    measured = measured if measured is not None else Measured()
     if args.device == "cuda":  # as the evaluator's workers run the reference (EvalConfig.tf32 = False)
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    case_list = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
+    measured.cases = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
     workdir = Path(tempfile.mkdtemp(prefix="kz-ground-truth-"))
-    truth = {}
-    for case in case_list:
+    _measure_direct(bench, args, measured, workdir)
+    measured.done("direct")
+    if getattr(args, "gt_placements", 0):
+        _measure_placements(bench, args, measured, workdir)
+        measured.done("placements")
+    if getattr(args, "gt_processes", 0):
+        _measure_processes(bench, args, measured, workdir)
+        measured.done("processes")
+    for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
+        if runs:
+            pool = measured.pools[per_gpu] = through_pool(bench, measured.cases, per_gpu, runs, per_gpu > 1)
+            print(f"pool {per_gpu} worker(s)/GPU: {runs} runs in {pool['wall_s']} s", file=sys.stderr)
+            measured.done(f"pool_{per_gpu}w")
+    section = measured.section()
+    for row in section["rows"]:
+        print(_line(row), file=sys.stderr)
+    return section
+
+
+def _measure_direct(bench, args, measured: Measured, workdir: Path) -> None:
+    """`direct` of every kernel, into ``measured.truth`` one kernel at a time (a failure is the row's error)."""
+    for case in measured.cases:
         try:
-            truth[case["label"]] = direct(
+            measured.truth[case["label"]] = direct(
                 case,
                 bench.solutions[case["name"]].source,
                 args.device,
@@ -447,83 +550,39 @@ def ground_truth(bench, args) -> dict:
                 bench.config.placement_shift_mib,
             )
         except Exception as exc:
-            truth[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        d = truth[case["label"]].get("do_bench", {})
+            measured.truth[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        d = measured.truth[case["label"]].get("do_bench", {})
         print(f"truth {case['label']:28s} do_bench ref {d.get('ref_ms')} cand {d.get('cand_ms')}", file=sys.stderr)
-    placed = {}
-    for case in case_list if getattr(args, "gt_placements", 0) else []:
+
+
+def _measure_placements(bench, args, measured: Measured, workdir: Path) -> None:
+    """`placements` of every kernel on ``--gt-placements`` allocations, into ``measured.placed``."""
+    for case in measured.cases:
         try:
-            placed[case["label"]] = placements(
+            measured.placed[case["label"]] = placements(
                 case, bench.solutions[case["name"]].source, args.device, workdir, args.gt_placements
             )
         except Exception as exc:  # out of memory for several copies of a large input: recorded, not fatal
-            placed[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        p = placed[case["label"]]
+            measured.placed[case["label"]] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        p = measured.placed[case["label"]]
         print(f"placements {case['label']:28s} cand cv {p.get('cand_cv')} ref cv {p.get('ref_cv')}", file=sys.stderr)
-    spread = {}
-    if getattr(args, "gt_processes", 0):
-        named = set(args.gt_process_kernels.split(","))
-        chosen = [(c, bench.solutions[c["name"]].source) for c in case_list if c["label"] in named]
-        unknown = sorted(named - {c["label"] for c, _ in chosen})
-        if unknown:  # a label of another size or a problem not in this run: said, not silently skipped
-            print(f"--gt-process-kernels: not kernels of this run, skipped: {', '.join(unknown)}", file=sys.stderr)
-        spread = processes(chosen, args.device, workdir, args.gt_processes) if chosen else {}
-        for label, p in spread.items():
-            within = ", ".join(f"{x:.4f}" for x in p["cand_cv_within"] if x is not None)
-            print(
-                f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']} (cand cv within each: {within})",
-                file=sys.stderr,
-            )
-    pools = {}
-    for per_gpu, runs in ((1, args.gt_runs_1), (4, args.gt_runs_4)):
-        if runs:
-            pools[per_gpu] = through_pool(bench, case_list, per_gpu, runs, compile_always=per_gpu > 1)
-            print(f"pool {per_gpu} worker(s)/GPU: {runs} runs in {pools[per_gpu]['wall_s']} s", file=sys.stderr)
-    rows = []
-    for case in case_list:
-        label = case["label"]
-        t = truth[label]
-        db, cg = t.get("do_bench", {}), t.get("cudagraph", {})
-        row = {"kernel": label, "size": case["size"], "do_bench": db, "cudagraph": cg, "error": t.get("error")}
-        row["flushed_graph"] = t.get("flushed_graph", {})
-        if label in placed:
-            row["placements"] = placed[label]
-        if label in spread:
-            row["processes"] = spread[label]
-        row.update({k: t.get(k) for k in ("host_us", "iteration_host_us", "flush_us")})  # judged in `judge`
-        for per_gpu, pool in pools.items():
-            results = pool["by_label"].get(label, [])
-            speedups = [r.speedup for r in results]
-            ok_speedups = [s for s in speedups if s is not None]
-            med = statistics.median(ok_speedups) if ok_speedups else None
-            entry = {
-                "statuses": sorted({r.status.value for r in results}),
-                "speedups": speedups,
-                "speedup_median": med,
-                "speedup_cv": cv(speedups) if None not in speedups else None,
-                "ref_ms": [r.ref_ms for r in results],
-                "cand_ms": [r.cand_ms for r in results],
-                "messages": sorted({r.message[:160] for r in results if r.message}),
-                "notes": sorted({(r.timing_note or "")[:160] for r in results if r.timing_note}),
-                "placement_ms": [r.placement_ms for r in results],
-                "done_s": [pool["done_s"].get((r.origin, r.sample)) for r in results],
-            }
-            if med is not None and db.get("speedup"):
-                entry["vs_do_bench"] = med / db["speedup"]
-            if med is not None and row["flushed_graph"].get("speedup"):
-                entry["vs_flushed_graph"] = med / row["flushed_graph"]["speedup"]
-            if med is not None and cg.get("speedup"):
-                entry["vs_cudagraph"] = med / cg["speedup"]
-            row[f"kz_{per_gpu}w"] = entry
-        judge(row)
-        rows.append(row)
-        print(_line(row), file=sys.stderr)
-    return {
-        **summary(rows, [f"{k}w" for k in pools]),
-        "pools": {f"{k}w": {x: v[x] for x in ("pool_start_s", "wall_s", "started")} for k, v in pools.items()},
-        "rows": rows,
-        "wall_s": round(time.perf_counter() - t0, 2),
-    }
+
+
+def _measure_processes(bench, args, measured: Measured, workdir: Path) -> None:
+    """`processes` for the ``--gt-process-kernels`` of this run, into ``measured.spread``; a named label that
+    is not a kernel of this run is said, not silently skipped."""
+    named = set(args.gt_process_kernels.split(","))
+    chosen = [(c, bench.solutions[c["name"]].source) for c in measured.cases if c["label"] in named]
+    unknown = sorted(named - {c["label"] for c, _ in chosen})
+    if unknown:
+        print(f"--gt-process-kernels: not kernels of this run, skipped: {', '.join(unknown)}", file=sys.stderr)
+    measured.spread = processes(chosen, args.device, workdir, args.gt_processes) if chosen else {}
+    for label, p in measured.spread.items():
+        within = ", ".join(f"{x:.4f}" for x in p["cand_cv_within"] if x is not None)
+        print(
+            f"processes {label:28s} cand cv {p['cand_cv']} ref cv {p['ref_cv']} (cand cv within each: {within})",
+            file=sys.stderr,
+        )
 
 
 def judge(row: dict) -> dict:
@@ -554,6 +613,30 @@ def rederive(report: dict) -> dict:
     return {**gt, **summary(rows, pools), "rederived": TRUTH_RULE}
 
 
+SLOW_PLACEMENT = 0.02  # a placement whose both medians are this far above its job's quickest reads slow
+JOB_START = 3  # its first placements: the start of a job's timing
+
+
+def slow_placements(jobs_per_kernel: list[list]) -> dict:
+    """Over each kernel's jobs (an evaluation's ``placement_ms``: per placement [ref_ms, cand_ms]): how many
+    placements were timed, how many read slow on *both* sides (each over ``SLOW_PLACEMENT`` above the job's
+    quickest on that side: the GPU, not the kernel's pages, was slow), and how many of those came among a
+    job's first ``JOB_START`` placements. On an H200 these fell from 48 to 5 per run once the timer waited
+    for a quiet GPU (settle_ms), 43 of the 48 at the start of a job."""
+    timed = slow = at_start = 0
+    for jobs in jobs_per_kernel:
+        for job in jobs:
+            if not job:
+                continue
+            quickest = [min(p[side] for p in job) for side in (0, 1)]
+            for i, pair in enumerate(job):
+                timed += 1
+                if all(pair[side] > quickest[side] * (1 + SLOW_PLACEMENT) for side in (0, 1)):
+                    slow += 1
+                    at_start += i < JOB_START
+    return {"placements_timed": timed, "slow_placements": slow, "slow_at_job_start": at_start}
+
+
 def summary(rows: list[dict], pools: list[str]) -> dict:
     """The targets over the rows held to them: per pool the worst deviation from the truth and from do_bench,
     the worst CV, and whether every target holds."""
@@ -571,6 +654,7 @@ def summary(rows: list[dict], pools: list[str]) -> dict:
             "max_speedup_cv": max((c for c in cvs if c is not None), default=None),
             "cv_missing": sum(c is None for c in cvs),
             "within_5pct": sum(d <= TARGET_REL for d in devs),
+            **slow_placements([r[key].get("placement_ms") or [] for r in held]),
         }
     ok = bool(held) and all(
         worst[k]["max_dev_vs_truth"] is not None and worst[k]["max_dev_vs_truth"] <= TARGET_REL for k in worst

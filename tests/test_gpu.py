@@ -43,6 +43,7 @@ def test_reserve_leaves_a_block_that_outputs_the_size_of_the_inputs_take_without
 
     from kzcore.evaluate.memory import reserve
 
+    torch.cuda.init()  # reserve does nothing in a process whose CUDA is not initialised (it never starts CUDA)
     torch.cuda.empty_cache()
     n = 256 << 20
     reserve(n)
