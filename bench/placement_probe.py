@@ -16,6 +16,8 @@ the first input placed three ways in one process:
   2 and 4 (each steady within 0.1-1 %), so the pool, not the order, sets the speed; and an evaluator that
   timed such copies (pool 2, written and run once, then taken out) still varied 2.96 % from run to run on
   22_MatVec, one job's copies alike, while moving three other kernels' speedups 2-4 % from do_bench's.
+- ``phases`` (``--phases N --phase-buffers M``): M separate buffers, each read as N views of the input at
+  offsets spread evenly over its length: is a buffer's mean over those offsets the same wherever it lands?
 - ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
   each side from every earlier measurement kept alive, so the allocator hands the next ones another block).
 - ``heat`` (``--heat-rounds``): the first placement again after ``--heat-s`` seconds of copying a 4 GiB buffer
@@ -119,6 +121,27 @@ class ScrambledCopy:
         _check(cu.cuMemAddressFree(self.va, self.size))
 
 
+def phases(first, measure, views: int, buffers: int) -> list[dict]:
+    """The ``phases`` mode: ``buffers`` separate buffers of twice the input (each kept, so the next is other
+    memory), and in each ``views`` views of the input at offsets k / ``views`` of its length (2 MiB-aligned).
+    22_MatVec's candidate read ~0.489 or ~0.553 ms by allocation, and 0.516 ms at a 256 MiB offset into a fast
+    one: if a buffer's mean over evenly spread offsets is the same wherever the buffer lands, views so spread
+    would sample the speed the evaluator's separate copies only sometimes do, with under a quarter of their memory."""
+    import torch
+
+    nbytes = first.numel() * first.element_size()
+    step = max(2 * MIB, (nbytes // views) // (2 * MIB) * (2 * MIB))
+    held, rows = [], []
+    for b in range(buffers):
+        buf = torch.empty(nbytes + step * (views - 1), dtype=torch.uint8)
+        held.append(buf)
+        for k in range(views):
+            view = buf[k * step : k * step + nbytes].view(first.dtype).view(first.shape)
+            view.copy_(first)
+            rows.append(measure(view, "phases", f"b{b}+{k * step // MIB}MiB"))
+    return rows
+
+
 GPU_FIELDS = "temperature.gpu,temperature.memory,clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active"
 
 
@@ -148,6 +171,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--page-pool", default="4", help="scrambled: physical pages made per page used (a list: each in turn)"
     )
+    ap.add_argument("--phases", type=int, default=0, help="views per phase buffer, spread over one input's length")
+    ap.add_argument("--phase-buffers", type=int, default=4, help="phases: separate buffers of twice the input")
     ap.add_argument("--heat-rounds", type=int, default=0, help="busy / idle rounds of the heat mode")
     ap.add_argument("--heat-s", type=float, default=8.0, help="seconds of each busy and each idle phase")
     ap.add_argument("--set", default="", help="module constants for get_inputs, e.g. batch_size=4096,dim=4096")
@@ -214,6 +239,9 @@ def main(argv=None) -> int:
                 copy = ScrambledCopy(first, pool, seed=i)
                 rows.append(measure(copy.tensor, how, i))
                 copy.free()
+        if args.phases:
+            rows += phases(first, measure, args.phases, args.phase_buffers)
+            torch.cuda.empty_cache()
         held = []
         for i in range(args.kept):
             x = first.clone()
@@ -246,6 +274,16 @@ def main(argv=None) -> int:
                 "cand_cv": statistics.pstdev(cand) / statistics.mean(cand),
                 "ref_cv": statistics.pstdev(ref) / statistics.mean(ref),
             }
+    buffers = {}  # the phases mode: each buffer's mean over its views, and how far those means spread
+    for r in rows:
+        if r["how"] == "phases":
+            buffers.setdefault(r["where"].split("+")[0], []).append(r["cand_ms"])
+    if buffers:
+        means = [statistics.mean(v) for v in buffers.values()]
+        summary["phase_buffers"] = {"cand_means": means, "cand_cv": statistics.pstdev(means) / statistics.mean(means)}
+        print(
+            f"phase buffers: cand means {[round(m, 4) for m in means]} (cv {summary['phase_buffers']['cand_cv']:.2%})"
+        )
     for phase in ("busy", "idle"):  # the heat mode: each phase's mean, both sides
         heat = [r for r in rows if r["how"] == "heat" and str(r["where"]).startswith(phase)]
         if heat:
