@@ -622,7 +622,7 @@ def slow_placements(jobs_per_kernel: list[list]) -> dict:
     placements were timed, how many read slow on *both* sides (each over ``SLOW_PLACEMENT`` above the job's
     quickest on that side: the GPU, not the kernel's pages, was slow), and how many of those came among a
     job's first ``JOB_START`` placements. On an H200 these fell from 48 to 5 per run once the timer waited
-    for a quiet GPU (settle_ms), 43 of the 48 at the start of a job."""
+    for a quiet GPU (settle_ms); 40 of the 48 among the first 3 of a job."""
     timed = slow = at_start = 0
     for jobs in jobs_per_kernel:
         for job in jobs:
