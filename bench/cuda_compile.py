@@ -18,7 +18,6 @@ elsewhere the report says why it was not timed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -29,6 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+
 BUILTIN_SUITE = ROOT / "plugins" / "suites" / "kz_suites" / "builtin"  # the kz_suites plugin's data
 SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda"
 INLINE_SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda-inline"
@@ -40,19 +44,22 @@ def _fresh_cache() -> Path:
     return path
 
 
-def time_inline(per_solution: dict, repeats: int) -> dict:
-    """Cold and warm load_inline builds of the cuda-inline solutions, and their parallel prebuild."""
+def time_inline(per_solution: dict, repeats: int, out: dict | None = None) -> dict:
+    """Cold and warm load_inline builds of the cuda-inline solutions, and their parallel prebuild, filled into
+    ``out`` (returned) as they are timed: a run cut short keeps the solutions done."""
     import torch
 
     from kz_cuda import inline
     from kz_cuda.prebuild import build_workers, prebuild
 
+    out = {} if out is None else out
     if not inline.can_build_cuda():
-        return {"not_timed": f"this torch ({torch.__version__}) cannot build CUDA extensions (needs CUDA torch + nvcc)"}
+        out["not_timed"] = f"this torch ({torch.__version__}) cannot build CUDA extensions (needs CUDA torch + nvcc)"
+        return out
     device = "cuda" if torch.cuda.is_available() else "cpu"
     saved = os.environ.get("KZ_CACHE")
     paths = sorted(INLINE_SOLUTIONS.glob("level*/*.py"))
-    out: dict = {"device": device, "arch": inline.current_arch(), "toolchain": inline.toolchain(), "per_solution": {}}
+    out.update({"device": device, "arch": inline.current_arch(), "toolchain": inline.toolchain(), "per_solution": {}})
     try:
         for path in paths:
             key = f"{path.parent.name}/{path.stem}"
@@ -104,14 +111,17 @@ def time_inline(per_solution: dict, repeats: int) -> dict:
     return out
 
 
-def time_e2e() -> dict:
+def time_e2e(out: dict | None = None) -> dict:
     """End-to-end evaluation latency of each dialect's built-in solutions, one at a time through a warm
     one-worker pool with cold caches (a new pool: NVRTC's in-memory cache empty; a fresh KZ_CACHE: every
-    load_inline build runs, in this process's prepare step, before the worker gets the job)."""
+    load_inline build runs, in this process's prepare step, before the worker gets the job). Filled into
+    ``out`` (returned) as it goes: a dialect cut short keeps its results so far, marked ``"cut_short": true``."""
     import torch
 
+    out = {} if out is None else out
     if not torch.cuda.is_available():
-        return {"not_timed": "needs a CUDA GPU"}
+        out["not_timed"] = "needs a CUDA GPU"
+        return out
     from kzcore.evaluate.runner import map_prepared
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import get_plugin_manager, plugin_specs
@@ -123,13 +133,14 @@ def time_e2e() -> dict:
     by_key = {(p.level, p.name): p for p in problems}
     config = EvalConfig(device="cuda")
     saved = os.environ.get("KZ_CACHE")
-    out: dict = {}
     try:
         for language in ("cuda", "cuda-inline"):
             cache = _fresh_cache()
-            pool = LocalPool(workers=1, config=config, plugins=plugin_specs(pm)).start()
             rows = []
+            out[language] = {"cut_short": True, "results": rows}  # replaced by its figures once every one ran
+            pool = LocalPool(workers=1, config=config, plugins=plugin_specs(pm))
             try:
+                pool.start()
                 for cand in load_solutions("builtin", problems, language, pm=pm):
                     job = EvalJob(problem=by_key[(cand.level, cand.problem)], candidate=cand, config=config)
                     t = time.perf_counter()
@@ -175,19 +186,37 @@ def main() -> int:
     parser.add_argument("--e2e", action="store_true", help="also time end-to-end evaluations of both dialects (GPU)")
     args = parser.parse_args()
 
+    state: dict = {"per_solution": {}}
+    try:
+        with sigterm_raises():
+            measure(args, state)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("cuda_compile.py", args.out, exc, lambda: cuda_compile_report(state, args, partial=True))
+    return complete(cuda_compile_report(state, args, partial=False), args.out)
+
+
+def measure(args, state: dict) -> None:
+    """Import, first compile, every solution's NVRTC compiles, then (when asked for) cuda-inline and the
+    end-to-end evaluations; each section filled into ``state`` as it is timed, the report so far written to
+    ``--out`` after each (a kill that no handler sees still leaves it)."""
+
+    def checkpoint() -> None:
+        if args.out:
+            write_json_atomic(args.out, cuda_compile_report(state, args, partial=True))
+
     t0 = time.perf_counter()
-    from kz_cuda.compile import cache_stats, clear_cache, compile_cuda, nvrtc_version
+    from kz_cuda.compile import cache_stats, clear_cache, compile_cuda
     from kz_cuda.launch import arch_for_device
     from kz_cuda.runtime import kernel_strings
 
-    import_s = time.perf_counter() - t0
-    arch = args.arch or arch_for_device("cuda")
+    state["import_s"] = time.perf_counter() - t0
+    arch = state["arch"] = args.arch or arch_for_device("cuda")
     t0 = time.perf_counter()
     first = compile_cuda('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 0.0f; }', arch=arch)
-    first_s = time.perf_counter() - t0
+    state["first_s"] = time.perf_counter() - t0
     assert first.cubin[:4] == b"\x7fELF"
 
-    per_solution = {}
+    per_solution = state["per_solution"]
     for path in sorted(SOLUTIONS.glob("level*/*.py")):
         strings = kernel_strings(path.read_text())
         cold = []
@@ -208,30 +237,43 @@ def main() -> int:
             "cache_hit_s": round(hit, 6),
             "source_lines": sum(ks.text.count("\n") for ks in strings),
         }
+    if args.inline:
+        checkpoint()
+        time_inline(per_solution, args.inline_repeats, state.setdefault("cuda_inline", {}))
+    if args.e2e:
+        checkpoint()
+        time_e2e(state.setdefault("e2e", {}))
+
+
+def cuda_compile_report(state: dict, args, partial: bool) -> dict:
+    """The report from ``state`` (`measure`): complete, or what a run cut short had (fewer solutions; a section
+    not reached None, one cut short with what it timed)."""
+    per_solution = state["per_solution"]
     medians = [v["median_s"] for v in per_solution.values()]
-    report = {
+    nvrtc = None
+    if "import_s" in state:  # kz_cuda imported (asked only now: asking loads libnvrtc, the first compile's cost)
+        from kz_cuda.compile import nvrtc_version
+
+        nvrtc = nvrtc_version()
+    seconds = {k: round(state[k], 4) if k in state else None for k in ("import_s", "first_s")}
+    return {
         "what": "NVRTC compile latency, built-in cuda reference solutions (cold cache; median of repeats)",
+        "partial": partial,
         "machine": platform.node(),
         "cpu": platform.processor() or platform.machine(),
         "python": sys.version.split()[0],
-        "nvrtc": nvrtc_version(),
-        "arch": arch,
+        "nvrtc": nvrtc,
+        "arch": state.get("arch"),
         "repeats": args.repeats,
-        "import_kz_cuda_s": round(import_s, 4),
-        "first_compile_in_process_s": round(first_s, 4),  # loads libnvrtc
+        "import_kz_cuda_s": seconds["import_s"],
+        "first_compile_in_process_s": seconds["first_s"],  # loads libnvrtc
         "solutions": len(per_solution),
-        "median_of_medians_s": round(statistics.median(medians), 4),
-        "max_median_s": round(max(medians), 4),
+        "median_of_medians_s": round(statistics.median(medians), 4) if medians else None,
+        "max_median_s": round(max(medians), 4) if medians else None,
         "per_solution": per_solution,
-        "cuda_inline": time_inline(per_solution, args.inline_repeats) if args.inline else "not asked for (--inline)",
-        "e2e": time_e2e() if args.e2e else "not asked for (--e2e)",
+        "cuda_inline": state.get("cuda_inline") if args.inline else "not asked for (--inline)",
+        "e2e": state.get("e2e") if args.e2e else "not asked for (--e2e)",
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,6 +27,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+
 ADVERSARIAL = ROOT / "tests" / "adversarial"
 
 # candidate file under tests/adversarial (on built-in 1_ReLU) -> the statuses that are right for it
@@ -177,9 +182,11 @@ def main() -> int:
 
 
 def run(args, constants: dict, received: list, signals: list) -> int:
+    """The stream through one pool, then the report. SIGTERM or Ctrl-C stops taking results: the report then
+    counts what ran (like ``--max-seconds``), is marked ``"partial": true`` and ``"cut_short"``, and the exit
+    status is 128 + the signal."""
     from kzcore.executors.local import LocalPool, resolve_device
     from kzcore.plugins import get_plugin_manager, plugin_specs
-    from kzcore.results import package_versions
     from kzcore.types import Candidate, EvalConfig, EvalJob
 
     device = resolve_device(args.device)
@@ -196,23 +203,48 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         kind_of[i] = kind
     pool = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(get_plugin_manager()))
     t0 = time.perf_counter()
-    results, harness_error = [], None
-    stopped = False
+    state = {"args": args, "pool": pool, "jobs": jobs, "kind_of": kind_of, "expected": expected, "results": [],
+             "harness_error": None, "stopped": False, "t0": t0, "wall": None, "constants": constants,
+             "received": received, "signals": signals, "sleeping_before": sleeping_before}  # fmt: skip
+    results = state["results"]
     try:
-        for r in pool.map(jobs):
-            results.append(r)
-            elapsed = time.perf_counter() - t0
-            print(f"[{len(results)}/{len(jobs)} {elapsed:.0f}s] {kind_of[r.sample]}: {r.status.value}", file=sys.stderr)
-            if args.max_seconds and elapsed > args.max_seconds and len(results) < len(jobs):
-                stopped = True
-                break
-    except Exception as exc:  # the number we want to be zero
-        harness_error = f"{type(exc).__name__}: {exc}"
-    finally:
-        pool.close()
-    wall = time.perf_counter() - t0
-    time.sleep(0.5)  # let a late signal or connection arrive
+        with sigterm_raises():
+            try:
+                for r in pool.map(jobs):
+                    results.append(r)
+                    elapsed = time.perf_counter() - t0
+                    print(
+                        f"[{len(results)}/{len(jobs)} {elapsed:.0f}s] {kind_of[r.sample]}: {r.status.value}",
+                        file=sys.stderr,
+                    )
+                    if args.max_seconds and elapsed > args.max_seconds and len(results) < len(jobs):
+                        state["stopped"] = True
+                        break
+            except Exception as exc:  # the number we want to be zero
+                state["harness_error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                pool.close()
+            state["wall"] = time.perf_counter() - t0
+            time.sleep(0.5)  # let a late signal or connection arrive
+            report = faults_report(state, partial=False)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("faults.py", args.out, exc, lambda: faults_report(state, partial=True))
+    print(json.dumps(report, indent=2))
+    if args.out:
+        write_json_atomic(args.out, report)
+    ok = all(report[name] == 0 for name in report["targets"])
+    return 0 if ok and report["faults_with_unexpected_status"] == 0 else 1
 
+
+def faults_report(state: dict, partial: bool) -> dict:
+    """The report from the results in ``state`` (`run`). A partial one (cut short) counts the jobs without a
+    result as not run, as ``--max-seconds`` does, not as lost."""
+    from kzcore.results import package_versions
+
+    args, pool, jobs, kind_of, expected = (state[k] for k in ("args", "pool", "jobs", "kind_of", "expected"))
+    results, harness_error, constants = state["results"], state["harness_error"], state["constants"]
+    stopped = state["stopped"] or partial
+    wall = state["wall"] if state["wall"] is not None else time.perf_counter() - state["t0"]
     by_sample = {r.sample: r for r in results}
     table = collections.defaultdict(collections.Counter)
     misfiled_good, wrong = [], []
@@ -227,8 +259,9 @@ def run(args, constants: dict, received: list, signals: list) -> int:
             )
         elif kind not in (GOOD, PROBE) and r.status.value not in expected[kind]:
             wrong.append({"sample": i, "kind": kind, "status": r.status.value, "message": r.message[:200]})
-    report = {
+    return {
         "bench": "faults",
+        "partial": partial,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": platform.node(),
         "device": pool.info.get("device_name"),
@@ -236,7 +269,7 @@ def run(args, constants: dict, received: list, signals: list) -> int:
         "candidates": len(jobs),
         "results": len(results),
         # stopped by --max-seconds: the jobs not yet returned were abandoned by us, not lost by the pool
-        "stopped_early_after_s": args.max_seconds if stopped else None,
+        "stopped_early_after_s": args.max_seconds if state["stopped"] else None,
         "not_run": len(jobs) - len(by_sample) if stopped else 0,
         "lost_results": 0 if stopped else len(jobs) - len(by_sample),
         "harness_crashes": int(harness_error is not None),
@@ -251,9 +284,9 @@ def run(args, constants: dict, received: list, signals: list) -> int:
             "phases_of_first_worker": pool.info.get("start_s"),
         },
         "sandbox": pool.info.get("sandbox"),
-        "network_connections_received": len(received),
-        "signals_received": len(signals),
-        "sleep_processes_left": len(sleepers() - sleeping_before),
+        "network_connections_received": len(state["received"]),
+        "signals_received": len(state["signals"]),
+        "sleep_processes_left": len(sleepers() - state["sleeping_before"]),
         "files_damaged": _damage(Path(constants["TARGET"])),
         "wall_s": round(wall, 2),
         "per_kind": {k: dict(v) for k, v in sorted(table.items())},
@@ -269,12 +302,6 @@ def run(args, constants: dict, received: list, signals: list) -> int:
             "files_damaged": 0,
         },
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    ok = all(report[name] == 0 for name in report["targets"])
-    return 0 if ok and not wrong else 1
 
 
 if __name__ == "__main__":

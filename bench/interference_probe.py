@@ -30,7 +30,6 @@ idle GPU, its clocks down, read slow at first? the evaluator's first placements 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import statistics
 import sys
@@ -38,6 +37,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
 
 ACTIVITIES = ("idle", "alloc", "alloc-touch", "load")
 GIB = 1 << 30
@@ -82,26 +86,30 @@ def timeline(ctx, candidate, activity: str, gib: float) -> dict:
     else:
         helper = ctx.Process(target=_once, args=(activity, gib, ready, go, done), daemon=True)
         helper.start()
-    ready.wait(120)
-    samples, t0, fired, event_s = [], time.perf_counter(), False, None
-    if activity == "idle-start":
-        t0 -= 0.2  # its samples start at the event
-        fired = True
-    while time.perf_counter() - t0 < 1.7:
-        now = time.perf_counter() - t0
-        if not fired and now >= 0.2:
-            go.set()
+    try:
+        ready.wait(120)
+        samples, t0, fired, event_s = [], time.perf_counter(), False, None
+        if activity == "idle-start":
+            t0 -= 0.2  # its samples start at the event
             fired = True
-        if fired and event_s is None and done.is_set():
-            event_s = now
-        lead.record()
-        flush.zero_()
-        flushed.record()
-        start.record()
-        candidate()
-        end.record()
-        end.synchronize()
-        samples.append((round(now, 4), start.elapsed_time(end), lead.elapsed_time(flushed) * 1000))
+        while time.perf_counter() - t0 < 1.7:
+            now = time.perf_counter() - t0
+            if not fired and now >= 0.2:
+                go.set()
+                fired = True
+            if fired and event_s is None and done.is_set():
+                event_s = now
+            lead.record()
+            flush.zero_()
+            flushed.record()
+            start.record()
+            candidate()
+            end.record()
+            end.synchronize()
+            samples.append((round(now, 4), start.elapsed_time(end), lead.elapsed_time(flushed) * 1000))
+    except BaseException:  # cut short (SIGTERM, Ctrl-C): the helper ended too
+        _end(helper)
+        raise
     if helper is not None:
         helper.join(10)
     calm = (lambda t: t < 0.2) if activity != "idle-start" else (lambda t: t >= 1.2)  # the reference samples
@@ -120,6 +128,17 @@ def timeline(ctx, candidate, activity: str, gib: float) -> dict:
         "disturbed_samples": len(disturbed),
         "samples": samples,
     }
+
+
+def _end(helper) -> None:
+    """A helper process ended now (a run cut short): terminated, then killed if it has not exited in 5 s."""
+    if helper is None:
+        return
+    helper.terminate()
+    helper.join(5)
+    if helper.is_alive():
+        helper.kill()
+        helper.join(5)
 
 
 def _helper(activity: str, ready, stop, counter) -> None:
@@ -176,13 +195,33 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("interference_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
+    state: dict = {"rows": [], "summary": {}, "timelines": []}
+    try:
+        with sigterm_raises():
+            probe(args, state)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("interference_probe.py", args.out, exc, lambda: interference_report(state, args, partial=True))
+    if args.out:
+        write_json_atomic(args.out, interference_report(state, args, partial=False))
+    return 0
+
+
+def probe(args, state: dict) -> None:
+    """The rounds under each activity, then the timelines (``--timeline``); rows, summaries and timelines
+    filled into ``state`` as they are measured, the report so far written to ``--out`` after each activity and
+    each timeline (a kill that no handler sees still leaves it). Helper processes end however it ends."""
+    import torch
     from placement_probe import _load
     from triton.testing import do_bench
 
+    def checkpoint() -> None:
+        if args.out:
+            write_json_atomic(args.out, interference_report(state, args, partial=True))
+
     problem, solution = _load(args.problem, args.level, args.set)
     ctx = mp.get_context("spawn")
-    t0 = time.perf_counter()
-    rows, summary = [], {}
+    state["t0"] = time.perf_counter()
+    rows, summary, timelines = state["rows"], state["summary"], state["timelines"]
     with torch.device("cuda"), torch.no_grad():
         torch.manual_seed(0)
         reference, candidate = problem.Model(*problem.get_init_inputs()), solution.ModelNew(*problem.get_init_inputs())
@@ -194,14 +233,19 @@ def main(argv=None) -> int:
             ready, stop, counter = ctx.Event(), ctx.Event(), ctx.Value("i", 0)
             helper = ctx.Process(target=_helper, args=(activity, ready, stop, counter), daemon=True)
             helper.start()
-            ready.wait(120)
-            time.sleep(0.5)
-            start_count = counter.value
-            for r in range(args.rounds):
-                row = {"activity": activity, "round": r}
-                row.update(ref_ms=do_bench(ref, return_mode="median"), cand_ms=do_bench(cand, return_mode="median"))
-                rows.append(row)
-            done = counter.value - start_count
+            try:
+                ready.wait(120)
+                time.sleep(0.5)
+                start_count = counter.value
+                for r in range(args.rounds):
+                    row = {"activity": activity, "round": r}
+                    row.update(ref_ms=do_bench(ref, return_mode="median"), cand_ms=do_bench(cand, return_mode="median"))
+                    rows.append(row)
+                done = counter.value - start_count
+            except BaseException:  # cut short (SIGTERM, Ctrl-C): the helper ended too
+                stop.set()
+                _end(helper)
+                raise
             stop.set()
             helper.join(60)
             mine = [x for x in rows if x["activity"] == activity]
@@ -218,7 +262,7 @@ def main(argv=None) -> int:
                 f"(max {s['cand_max']:.4f})  helper did {done} in the meantime",
                 flush=True,
             )
-        timelines = []
+            checkpoint()
         for activity in ("idle-start", "alloc-once", "free-once") if args.timeline else ():
             line = timeline(ctx, cand, activity, args.timeline)
             timelines.append(line)
@@ -229,20 +273,26 @@ def main(argv=None) -> int:
                 f"in {line['disturbed_from_to_s']} s (event done at {line['event_done_s']} s)",
                 flush=True,
             )
-    report = {
+            checkpoint()
+
+
+def interference_report(state: dict, args, partial: bool) -> dict:
+    """The report from ``state`` (`probe`): the rows measured, the activities and timelines done (fewer in a
+    run cut short)."""
+    import torch
+
+    return {
         "bench": "interference-probe",
-        "timelines": timelines,
+        "partial": partial,
+        "timelines": state["timelines"],
         "problem": args.problem,
         "set": args.set,
-        "gpu": torch.cuda.get_device_name(0),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d"),
-        "rows": rows,
-        "summary": summary,
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "rows": state["rows"],
+        "summary": state["summary"],
+        "wall_s": round(time.perf_counter() - state["t0"], 1) if "t0" in state else None,
     }
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

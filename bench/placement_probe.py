@@ -34,13 +34,17 @@ evaluator's timer which placements are cheap to sample (views into one buffer co
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+
 BUILTIN = ROOT / "plugins/suites/kz_suites/builtin"
 MIB = 1 << 20
 OFFSETS_MIB = (0, 0.0625, 1, 2, 4, 6, 8, 16, 32, 64, 128, 256)
@@ -121,17 +125,18 @@ class ScrambledCopy:
         _check(cu.cuMemAddressFree(self.va, self.size))
 
 
-def phases(first, measure, views: int, buffers: int) -> list[dict]:
+def phases(first, measure, views: int, buffers: int, rows: list | None = None) -> list[dict]:
     """The ``phases`` mode: ``buffers`` separate buffers of twice the input (each kept, so the next is other
     memory), and in each ``views`` views of the input at offsets k / ``views`` of its length (2 MiB-aligned).
     22_MatVec's candidate read ~0.489 or ~0.553 ms by allocation, and 0.516 ms at a 256 MiB offset into a fast
     one: if a buffer's mean over evenly spread offsets is the same wherever the buffer lands, views so spread
-    would sample the speed the evaluator's separate copies only sometimes do, with under a quarter of their memory."""
+    would sample the speed the evaluator's separate copies only sometimes do, with under a quarter of their memory.
+    The rows are appended to ``rows`` (returned) as they are measured: a run cut short keeps them."""
     import torch
 
     nbytes = first.numel() * first.element_size()
     step = max(2 * MIB, (nbytes // views) // (2 * MIB) * (2 * MIB))
-    held, rows = [], []
+    held, rows = [], [] if rows is None else rows
     for b in range(buffers):
         buf = torch.empty(nbytes + step * (views - 1), dtype=torch.uint8)
         held.append(buf)
@@ -184,11 +189,42 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("placement_probe: needs a CUDA GPU (do_bench of device placements)", file=sys.stderr)
         return 2
+    state: dict = {"rows": []}
+    try:
+        with sigterm_raises():
+            probe(args, state)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("placement_probe.py", args.out, exc, lambda: placement_report(state, args, partial=True))
+    report = placement_report(state, args, partial=False)
+    summary = report["summary"]
+    if "phase_buffers" in summary:
+        means = summary["phase_buffers"]["cand_means"]
+        print(
+            f"phase buffers: cand means {[round(m, 4) for m in means]} (cv {summary['phase_buffers']['cand_cv']:.2%})"
+        )
+    for how, s in summary.items():
+        if "cand_min" in s:  # a placement's figures (phase_buffers has its own line above)
+            print(
+                f"{how}: cand {s['cand_min']:.4f}-{s['cand_max']:.4f} ms (cv {s['cand_cv']:.2%}), ref cv {s['ref_cv']:.2%}"
+            )
+    for phase, means in summary.get("heat", {}).items():
+        if phase in ("busy", "idle"):
+            print(f"heat {phase}: ref {means['ref']:.4f} cand {means['cand']:.4f} ms (mean)")
+    if args.out:
+        write_json_atomic(args.out, report)
+    return 0
+
+
+def probe(args, progress: dict) -> None:
+    """Every placement mode asked for, one row per measurement appended to ``progress["rows"]`` as it is taken
+    (``progress["t0"]``: when the measurements began)."""
+    import torch
     from triton.testing import do_bench
 
     torch.backends.cuda.matmul.allow_tf32 = False
     problem, solution = _load(args.problem, args.level, args.set)
-    t0 = time.perf_counter()
+    progress["t0"] = time.perf_counter()
+    rows = progress["rows"]
     with torch.device("cuda"), torch.no_grad():
         torch.manual_seed(0)
         reference, candidate = problem.Model(*problem.get_init_inputs()), solution.ModelNew(*problem.get_init_inputs())
@@ -210,7 +246,7 @@ def main(argv=None) -> int:
             )
             return row
 
-        rows = [measure(first, "base", 0)]
+        rows.append(measure(first, "base", 0))
         pinned = []
         for i in range(args.outputs):
             pinned += [reference(first, *rest), candidate(first, *rest)]  # the blocks the last one used: kept
@@ -240,7 +276,7 @@ def main(argv=None) -> int:
                 rows.append(measure(copy.tensor, how, i))
                 copy.free()
         if args.phases:
-            rows += phases(first, measure, args.phases, args.phase_buffers)
+            phases(first, measure, args.phases, args.phase_buffers, rows)
             torch.cuda.empty_cache()
         held = []
         for i in range(args.kept):
@@ -263,6 +299,11 @@ def main(argv=None) -> int:
             rows.append(measure(x, "recycled", i))
             del x
             torch.cuda.empty_cache()
+
+
+def placement_summary(rows: list[dict]) -> dict:
+    """Each placement's spread (of those with two rows or more), the phase buffers' means and the heat mode's
+    busy and idle means, from the rows there are (all, or those of a run cut short)."""
     summary = {}
     for how in dict.fromkeys(r["how"] for r in rows):
         cand = [r["cand_ms"] for r in rows if r["how"] == how]
@@ -281,32 +322,30 @@ def main(argv=None) -> int:
     if buffers:
         means = [statistics.mean(v) for v in buffers.values()]
         summary["phase_buffers"] = {"cand_means": means, "cand_cv": statistics.pstdev(means) / statistics.mean(means)}
-        print(
-            f"phase buffers: cand means {[round(m, 4) for m in means]} (cv {summary['phase_buffers']['cand_cv']:.2%})"
-        )
     for phase in ("busy", "idle"):  # the heat mode: each phase's mean, both sides
         heat = [r for r in rows if r["how"] == "heat" and str(r["where"]).startswith(phase)]
         if heat:
-            summary["heat"][phase] = {side: statistics.mean(r[f"{side}_ms"] for r in heat) for side in ("ref", "cand")}
-    report = {
+            summary.setdefault("heat", {})[phase] = {
+                side: statistics.mean(r[f"{side}_ms"] for r in heat) for side in ("ref", "cand")
+            }
+    return summary
+
+
+def placement_report(state: dict, args, partial: bool) -> dict:
+    """The report from ``state`` (`probe`): its rows (fewer in a run cut short) and their summary."""
+    import torch
+
+    rows = state["rows"]
+    return {
         "bench": "placement-probe",
+        "partial": partial,
         "problem": args.problem,
-        "gpu": torch.cuda.get_device_name(0),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d"),
         "rows": rows,
-        "summary": summary,
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "summary": placement_summary(rows),
+        "wall_s": round(time.perf_counter() - state["t0"], 1) if "t0" in state else None,
     }
-    for how, s in summary.items():
-        print(
-            f"{how}: cand {s['cand_min']:.4f}-{s['cand_max']:.4f} ms (cv {s['cand_cv']:.2%}), ref cv {s['ref_cv']:.2%}"
-        )
-    for phase, means in summary.get("heat", {}).items():
-        if phase in ("busy", "idle"):
-            print(f"heat {phase}: ref {means['ref']:.4f} cand {means['cand']:.4f} ms (mean)")
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

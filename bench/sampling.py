@@ -16,13 +16,18 @@ BPE tokenizer trained on the prompts (then the vocabulary is small, and so is th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
 
 TASKS = [
     "Write a Triton kernel that adds two vectors.",
@@ -128,7 +133,6 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    import transformers
 
     from kz_models.hf import load_hf_policy
     from kz_models.smollm2 import load_smollm2_policy
@@ -136,46 +140,60 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()[0]
+    state: dict = {"load_before": os.getloadavg()[0], "load_s": None, "runs": []}
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kz-bench-model-") as scratch:
-        if args.model == "smollm2":
-            policy = load_smollm2_policy(f"device={args.device}")
-        else:
-            path = build_config_model(Path(scratch)) if args.model == "config" else args.model
-            policy = load_hf_policy(f"{path}?device={args.device}")
-        load_s = time.perf_counter() - start
-        prompts = [[{"role": "user", "content": task}] for task in TASKS]
-        params = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
-        policy.generate(prompts[:2], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
-        runs = [measure(policy, prompts, params, int(b)) for b in args.batch_sizes.split(",")]
-        for run in runs:
-            print(f"batch {run['batch_size']}: {run['tokens_per_s']} tokens/s", file=sys.stderr)
-        policy.close()
-    report = {
+    try:
+        with sigterm_raises(), tempfile.TemporaryDirectory(prefix="kz-bench-model-") as scratch:
+            if args.model == "smollm2":
+                policy = load_smollm2_policy(f"device={args.device}")
+            else:
+                path = build_config_model(Path(scratch)) if args.model == "config" else args.model
+                policy = load_hf_policy(f"{path}?device={args.device}")
+            try:
+                state["load_s"] = round(time.perf_counter() - start, 2)
+                prompts = [[{"role": "user", "content": task}] for task in TASKS]
+                params = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
+                policy.generate(prompts[:2], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
+                for b in args.batch_sizes.split(","):
+                    state["runs"].append(measure(policy, prompts, params, int(b)))
+                    if args.out:  # the batch sizes so far, on disk: a kill that no handler sees still leaves them
+                        write_json_atomic(args.out, sampling_report(state, args, partial=True))
+                for run in state["runs"]:
+                    print(f"batch {run['batch_size']}: {run['tokens_per_s']} tokens/s", file=sys.stderr)
+            finally:
+                policy.close()
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("sampling.py", args.out, exc, lambda: sampling_report(state, args, partial=True))
+    return complete(sampling_report(state, args, partial=False), args.out)
+
+
+def sampling_report(state: dict, args, partial: bool) -> dict:
+    """The report from ``state`` (``load_before``, ``load_s``: None until the model is loaded, ``runs``: one per
+    batch size measured, fewer in a run cut short)."""
+    import torch
+    import transformers
+
+    runs = state["runs"]
+    return {
         "bench": "sampling",
+        "partial": partial,
         "backend": "hf",
         "model": args.model,
         "device": str(args.device),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu" else None,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: others' load
+        # before, after: others' load
+        "load_average_1min": [round(state["load_before"], 2), round(os.getloadavg()[0], 2)],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
-        "prompts": len(prompts),
+        "prompts": len(TASKS),
         "max_new_tokens": args.max_new_tokens,
-        "load_s": round(load_s, 2),
+        "load_s": state["load_s"],
         "runs": runs,
         "speedup_tokens_per_s": round(runs[-1]["tokens_per_s"] / runs[0]["tokens_per_s"], 2) if len(runs) > 1 else None,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

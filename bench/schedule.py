@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import platform
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
 
 
 class FifoQueue:
@@ -38,20 +43,26 @@ class FifoQueue:
         """First-in-first-out learns nothing from how long a job took."""
 
 
-def run_batch(queue_class, jobs, args) -> dict:
+def run_batch(queue_class, jobs, args, progress: dict | None = None) -> dict:
+    """The batch through a fresh pool sending jobs in ``queue_class``'s order: wall time to the last result and
+    the drain. ``progress`` (when given) holds the results so far while it runs (what a run cut short keeps)."""
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import get_plugin_manager, plugin_specs
 
+    progress = {} if progress is None else progress
     pool = LocalPool(workers=args.workers, config=jobs[0].config, plugins=plugin_specs(get_plugin_manager()))
     pool.queue_class = queue_class
-    pool.start()
-    t0 = time.perf_counter()
     ends = []
     statuses = collections.Counter()
-    for result in pool.map(jobs):
-        ends.append(time.perf_counter() - t0)
-        statuses[result.status.value] += 1
-    pool.close()
+    try:
+        pool.start()
+        t0 = time.perf_counter()
+        for result in pool.map(jobs):
+            ends.append(time.perf_counter() - t0)
+            statuses[result.status.value] += 1
+            progress.update(results=len(ends), elapsed_s=round(ends[-1], 2), statuses=dict(statuses))
+    finally:
+        pool.close()
     wall = ends[-1]
     n = len(pool.slots)
     # the last n results: after the first of them, fewer than n jobs were left running
@@ -72,7 +83,6 @@ def main() -> int:
 
     from kzcore.executors.local import JobQueue
     from kzcore.problems import load_problems, load_solutions
-    from kzcore.results import package_versions
     from kzcore.types import EvalConfig, EvalJob
 
     problems = load_problems(f"builtin:{args.levels}")
@@ -84,26 +94,43 @@ def main() -> int:
         for r in range(args.repeat)
         for c in candidates
     ]
-    runs = {}
-    for name, queue_class in (("fifo", FifoQueue), ("longest_first", JobQueue)):
-        runs[name] = run_batch(queue_class, jobs, args)
-        print(f"{name}: {runs[name]}", file=sys.stderr)
-    report = {
+    state: dict = {"jobs": len(jobs), "runs": {}}
+    try:
+        with sigterm_raises():
+            for name, queue_class in (("fifo", FifoQueue), ("longest_first", JobQueue)):
+                state["running"] = {"order": name, "results": 0}
+                state["runs"][name] = run_batch(queue_class, jobs, args, progress=state["running"])
+                del state["running"]
+                print(f"{name}: {state['runs'][name]}", file=sys.stderr)
+                if args.out:  # the batches so far, on disk: a kill that no handler sees still leaves them
+                    write_json_atomic(args.out, schedule_report(state, args, partial=True))
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("schedule.py", args.out, exc, lambda: schedule_report(state, args, partial=True))
+    return complete(schedule_report(state, args, partial=False), args.out)
+
+
+def schedule_report(state: dict, args, partial: bool) -> dict:
+    """The report from ``state``: the batches done (``runs``), the ratio once both are, and for a run cut short
+    the batch it was in (``cut_short_in``: its order and its results so far)."""
+    from kzcore.results import package_versions
+
+    runs = state["runs"]
+    both = "fifo" in runs and "longest_first" in runs
+    return {
         "bench": "schedule",
+        "partial": partial,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": platform.node(),
         "packages": package_versions(),
-        "jobs": len(jobs),
+        "jobs": state["jobs"],
         "workers": args.workers,
         "device": args.device,
         "runs": runs,
-        "wall_ratio_fifo_over_longest_first": round(runs["fifo"]["wall_s"] / runs["longest_first"]["wall_s"], 3),
+        "wall_ratio_fifo_over_longest_first": (
+            round(runs["fifo"]["wall_s"] / runs["longest_first"]["wall_s"], 3) if both else None
+        ),
+        **({"cut_short_in": state["running"]} if "running" in state else {}),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

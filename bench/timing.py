@@ -24,14 +24,12 @@ the last write "partial": false; SIGTERM (gpu-check's timeout) or Ctrl-C writes 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # workers import this module's CPU timer as "bench.timing"
 
+from bench.report import Terminated, sigterm_raises, write_json_atomic  # noqa: E402
 from bench.timing_truth import cv  # noqa: E402
 from kzcore import hookimpl  # noqa: E402
 from kzcore.types import Timing  # noqa: E402
@@ -416,45 +415,6 @@ def main() -> int:
     if not args.out:
         print(json.dumps(report, indent=2))
     return 0
-
-
-class Terminated(BaseException):
-    """SIGTERM (what ``timeout`` sends at its limit) raised in the main thread by `sigterm_raises`: the bench
-    unwinds as on Ctrl-C, through every ``finally`` (the worker pools closed), and writes what it measured.
-    A BaseException, so that the ``except Exception`` recording a kernel's failure does not swallow it."""
-
-
-@contextlib.contextmanager
-def sigterm_raises():
-    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after."""
-
-    def handler(signum, frame):
-        raise Terminated(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
-def write_json_atomic(path: str | Path, data: dict) -> None:
-    """``data`` as JSON at ``path``, through a temporary file in the same folder and os.replace: a reader, or a
-    kill in the middle of the write, finds the previous file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the report private to its writer
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class TruthReport:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -23,6 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import Terminated, complete, cut_short, sigterm_raises  # noqa: E402
+
 CONV = ROOT / "plugins" / "suites" / "kz_suites" / "builtin" / "solutions" / "triton" / "level2"
 # the built-in level-2 convolution solutions and the constexprs their forward passes at full size
 CONV_SOLUTIONS = [
@@ -80,24 +84,35 @@ def main() -> int:
         work += [(CONV / f, k, CONV_CONSTS, CONV_FLOATS) for f, k in CONV_SOLUTIONS]
     if not work:
         parser.error("nothing to compile: give FILE KERNEL pairs or --conv-solutions")
-    rows = []
-    for path, kernel, kconsts, floats in work:
-        if not path.exists():
-            print(f"error: {path} does not exist", file=sys.stderr)
-            return 2
-        runs = [compile_once(path, kernel, kconsts, floats, args.capability) for _ in range(args.repeats)]
-        row = {
-            "file": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
-            "kernel": kernel,
-            "median_s": round(statistics.median(r["seconds"] for r in runs), 3),
-            "ptx_lines": runs[0]["ptx_lines"],
-        }
-        rows.append(row)
-        print(f"{row['file']}:{kernel} {row['median_s']} s, {row['ptx_lines']} PTX lines", file=sys.stderr)
+    missing = [path for path, *_ in work if not path.exists()]
+    if missing:
+        print(f"error: {missing[0]} does not exist", file=sys.stderr)
+        return 2
+    rows: list[dict] = []
+    try:
+        with sigterm_raises():
+            for path, kernel, kconsts, floats in work:
+                runs = [compile_once(path, kernel, kconsts, floats, args.capability) for _ in range(args.repeats)]
+                row = {
+                    "file": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
+                    "kernel": kernel,
+                    "median_s": round(statistics.median(r["seconds"] for r in runs), 3),
+                    "ptx_lines": runs[0]["ptx_lines"],
+                }
+                rows.append(row)
+                print(f"{row['file']}:{kernel} {row['median_s']} s, {row['ptx_lines']} PTX lines", file=sys.stderr)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("triton_compile.py", args.out, exc, lambda: triton_compile_report(rows, args, partial=True))
+    return complete(triton_compile_report(rows, args, partial=False), args.out)
+
+
+def triton_compile_report(rows: list[dict], args, partial: bool) -> dict:
+    """The report of the kernels compiled (``rows``: one per kernel, fewer in a run cut short)."""
     import triton
 
-    report = {
+    return {
         "bench": "triton-compile",
+        "partial": partial,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": platform.node(),
         "cpu_count": os.cpu_count(),
@@ -106,11 +121,6 @@ def main() -> int:
         "repeats": args.repeats,
         "results": rows,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -103,26 +103,28 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(bench_modules, monkeypatc
 
 
 def test_sigterm_raises_only_inside_and_the_previous_handler_comes_back(bench_modules):
-    """sigterm_raises: a SIGTERM inside the block is a `Terminated` naming the signal; the handler that was
-    there before is back after it."""
-    timing, _ = bench_modules
+    """sigterm_raises (bench/report.py): a SIGTERM inside the block is a `Terminated` naming the signal; the
+    handler that was there before is back after it."""
+    from bench.report import Terminated, sigterm_raises
+
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(timing.Terminated, match="SIGTERM"), timing.sigterm_raises():
+    with pytest.raises(Terminated, match="SIGTERM"), sigterm_raises():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # not slept: the handler raises as soon as the signal is taken
     assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_failed_write_leaves_the_previous_report_whole(bench_modules, tmp_path):
-    """write_json_atomic: the new report replaces the old at once; one that cannot be written (here a cycle)
-    leaves the old file as it was and no temporary file."""
-    timing, _ = bench_modules
+    """write_json_atomic (bench/report.py): the new report replaces the old at once; one that cannot be written
+    (here a cycle) leaves the old file as it was and no temporary file."""
+    from bench.report import write_json_atomic
+
     out = tmp_path / "sub" / "gt.json"
-    timing.write_json_atomic(out, {"partial": True, "phases_done": ["direct"]})
+    write_json_atomic(out, {"partial": True, "phases_done": ["direct"]})
     cycle: dict = {}
     cycle["self"] = cycle
     with pytest.raises(ValueError):
-        timing.write_json_atomic(out, cycle)
+        write_json_atomic(out, cycle)
     assert json.loads(out.read_text()) == {"partial": True, "phases_done": ["direct"]}
     assert [p.name for p in out.parent.iterdir()] == ["gt.json"]
     assert out.stat().st_mode & 0o777 == 0o644

@@ -1,0 +1,100 @@
+"""What every bench shares for writing its report so that an interrupted run keeps what it measured: the report
+written atomically (`write_json_atomic`), SIGTERM (what gpu-check's ``timeout`` sends at its limit) raised as
+`Terminated` within `sigterm_raises`, and `cut_short`: the run stopped by SIGTERM or Ctrl-C, what was measured
+written with ``"partial": true`` and ``"cut_short"``, one line on stderr, the exit status 128 + the signal.
+
+A bench's measuring part, typically::
+
+    try:
+        with sigterm_raises():
+            measure(state)
+    except (Terminated, KeyboardInterrupt) as exc:
+        return cut_short("harness.py", args.out, exc, lambda: assemble(state, partial=True))
+    return complete(assemble(state, partial=False), args.out)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+class Terminated(BaseException):
+    """SIGTERM (what ``timeout`` sends at its limit) raised in the main thread by `sigterm_raises`: the bench
+    unwinds as on Ctrl-C, through every ``finally`` (the worker pools closed), and writes what it measured.
+    A BaseException, so that the ``except Exception`` recording a kernel's failure does not swallow it."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after."""
+
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    """``data`` as JSON at ``path``, through a temporary file in the same folder and os.replace: a reader, or a
+    kill in the middle of the write, finds the previous file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the report private to its writer
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def exit_status(exc: BaseException) -> int:
+    """128 + the signal that stopped the run: 143 for SIGTERM (`Terminated`), 130 for Ctrl-C."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def cut_short(bench: str, out: str | Path | None, exc: BaseException, assemble: Callable[[], dict]) -> int:
+    """A run stopped by ``exc`` (`Terminated` or KeyboardInterrupt): the report ``assemble()`` makes of what was
+    measured, with ``"partial": true`` and ``"cut_short"`` (``"SIGTERM"`` or ``"KeyboardInterrupt"``), written
+    atomically to ``out`` (printed on stdout without one); one line on stderr says so. Returns the exit status
+    (`exit_status`). A report that cannot be assembled or written is said so in that line, never raised."""
+    why = str(exc) if isinstance(exc, Terminated) else type(exc).__name__
+    try:
+        report = assemble()
+        report["partial"] = True
+        report["cut_short"] = why
+        if out:
+            write_json_atomic(out, report)
+            where = f"partial report in {out}"
+        else:
+            print(json.dumps(report, indent=2, default=str))
+            where = "partial report on stdout (no --out)"
+    except Exception as error:  # a checkpoint written before, if any, stays on disk
+        where = f"no partial report ({type(error).__name__}: {error})"
+    print(f"{bench}: {why}: stopped; {where}", file=sys.stderr, flush=True)
+    return exit_status(exc)
+
+
+def complete(report: dict, out: str | Path | None) -> int:
+    """A run that finished: its report printed on stdout and written atomically to ``out`` when given; returns
+    the exit status, 0."""
+    print(json.dumps(report, indent=2, default=str))
+    if out:
+        write_json_atomic(out, report)
+    return 0
