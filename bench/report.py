@@ -69,10 +69,13 @@ def exit_status(exc: BaseException) -> int:
     return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
-def cut_short(bench: str, out: str | Path | None, exc: BaseException, assemble: Callable[[], dict]) -> int:
-    """A run stopped by ``exc`` (`Terminated` or KeyboardInterrupt): the report ``assemble()`` makes of what was
-    measured, with ``"partial": true`` and ``"cut_short"`` (``"SIGTERM"`` or ``"KeyboardInterrupt"``), written
-    atomically to ``out`` (printed on stdout without one); one line on stderr says so. Returns the exit status
+def cut_short(
+    bench: str, out: str | Path | None, exc: BaseException, assemble: Callable[[], dict], detail: str = ""
+) -> int:
+    """A run stopped by ``exc`` (`Terminated` or KeyboardInterrupt; another exception's name where the caller
+    re-raises it): the report ``assemble()`` makes of what was measured, with ``"partial": true`` and
+    ``"cut_short"`` (``"SIGTERM"``, ``"KeyboardInterrupt"``, ...), written atomically to ``out`` (printed on
+    stdout without one); one line on stderr says so, ``detail`` in brackets at its end. Returns the exit status
     (`exit_status`). A report that cannot be assembled or written is said so in that line, never raised."""
     why = str(exc) if isinstance(exc, Terminated) else type(exc).__name__
     try:
@@ -87,7 +90,7 @@ def cut_short(bench: str, out: str | Path | None, exc: BaseException, assemble: 
             where = "partial report on stdout (no --out)"
     except Exception as error:  # a checkpoint written before, if any, stays on disk
         where = f"no partial report ({type(error).__name__}: {error})"
-    print(f"{bench}: {why}: stopped; {where}", file=sys.stderr, flush=True)
+    print(f"{bench}: {why}: stopped; {where}{f' ({detail})' if detail else ''}", file=sys.stderr, flush=True)
     return exit_status(exc)
 
 

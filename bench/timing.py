@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # workers import this module's CPU timer as "bench.timing"
 
-from bench.report import Terminated, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
 from bench.timing_truth import cv  # noqa: E402
 from kzcore import hookimpl  # noqa: E402
 from kzcore.types import Timing  # noqa: E402
@@ -461,19 +460,12 @@ class TruthReport:
         """The complete report, written and printed."""
         return _finish_truth(self.assemble(partial=False), self.out)
 
-    def cut_short(self, exc: BaseException) -> str:
-        """The run ended early by ``exc``: what was measured written as a partial report (``cut_short`` says
-        why); returns the one line for stderr naming the file and the phases done."""
-        why = str(exc) if isinstance(exc, Terminated) else type(exc).__name__
-        where = "no --out, nothing written"
-        if self.out:
-            try:
-                write_json_atomic(self.out, {**self.assemble(partial=True), "cut_short": why})
-                where = f"partial report in {self.out}"
-            except Exception as error:  # the last checkpoint stays on disk
-                where = f"{self.out} keeps the last checkpoint (writing this one failed: {type(error).__name__})"
+    def cut_short(self, exc: BaseException) -> int:
+        """The run ended early by ``exc``: what was measured written as a partial report (`report.cut_short`),
+        its line naming the phases done; returns the exit status."""
         done = ", ".join(self.phases_done()) or "none"
-        return f"timing.py --ground-truth: {why}: stopped; {where} (phases done: {done})"
+        assemble = lambda: self.assemble(partial=True)  # noqa: E731
+        return cut_short("timing.py --ground-truth", self.out, exc, assemble, detail=f"phases done: {done}")
 
 
 def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
@@ -488,10 +480,9 @@ def ground_truth_main(bench, args, smoke: bool, t0: float) -> int:
             ground_truth(bench, args, report.measured)
             report.self_ref = bench.self_reference()
     except (Terminated, KeyboardInterrupt) as exc:
-        print(report.cut_short(exc), file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+        return report.cut_short(exc)
     except Exception as exc:
-        print(report.cut_short(exc), file=sys.stderr)
+        report.cut_short(exc)
         raise
     return report.final()
 

@@ -181,7 +181,7 @@ def time_cuda(reference, candidate, config) -> Timing:
     longer to queue than the GPU waited is taken again behind a longer wait. So the events hold the kernels'
     GPU time, launches and the gaps between a forward's kernels excluded, as under CUDA-graph replay, whatever
     the host's speed. Work the call leaves running on another stream is outside the events: the GPU-work stage
-    refuses it. With ``settle_ms`` > 0 it first flushes until a flush takes its quiet time again (`settle`)."""
+    refuses it. With ``settle_ms`` > 0 it first flushes L2 until the flushes take their quiet time again (`settle`)."""
     import torch
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if config.flush_l2 else None
