@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kzcore import hookimpl
-from kzcore.evaluate.placement import MIB, Placements, per_placement, placement_count
+from kzcore.evaluate.placement import MIB, Placements, per_placement, placement_count, placements_for
 from kzcore.evaluate.timing import Timing as TimingStage
 from kzcore.evaluate.timing import combine
 from kzcore.plugins import new_plugin_manager
@@ -49,6 +49,29 @@ def test_a_view_placement_is_written_just_before_it_is_yielded():
     assert torch.equal(second[0], original[0])
 
 
+def test_one_sides_copies_are_made_together_before_the_next_sides(monkeypatch):
+    """Consecutive allocations take consecutive device memory: one side's copies made in one run cover a span
+    of it evenly, where copies made turn about with the other side's fall on every other block (issue 17)."""
+    from kzcore.evaluate import tensors
+
+    made = []
+    clone = tensors.clone_inputs
+
+    def recording_clone(values):
+        made.append(values[0].shape)
+        return clone(values)
+
+    monkeypatch.setattr(tensors, "clone_inputs", recording_clone)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (139 << 30, 141 << 30))
+    ref, cand = [torch.randn(4, 4)], [torch.randn(2, 2)]
+    ref_placed, cand_placed = placements_for(3, 0.0, "cuda", ref, cand)
+    assert made == [(4, 4)] * 3 + [(2, 2)] * 3  # all made before any is timed, one side after the other
+    pairs = list(zip(ref_placed, cand_placed))
+    assert len(made) == 6 and len(pairs) == 3
+    assert all(r[0] is not ref[0] and c[0] is not cand[0] for r, c in pairs)  # only copies are timed
+    assert torch.equal(pairs[2][1][0], cand[0])
+
+
 def test_one_placement_is_the_inputs_themselves():
     original = inputs()
     assert [p for p in Placements(original, 1)] == [original]
@@ -57,7 +80,8 @@ def test_one_placement_is_the_inputs_themselves():
 def test_separate_copies_are_capped_by_free_memory():
     gib = 1 << 30
     assert placement_count(8, 0.0, 4 * gib, free_bytes=139 * gib) == 8
-    assert placement_count(8, 0.0, 4 * gib, free_bytes=40 * gib) == 3  # 1 + 25 % of 40 GiB / 4 GiB
+    assert placement_count(8, 0.0, 4 * gib, free_bytes=40 * gib) == 2  # 25 % of 40 GiB / 4 GiB
+    assert placement_count(8, 0.0, 4 * gib, free_bytes=24 * gib) == 1  # one copy: the inputs as they are
     assert placement_count(8, 0.0, 4 * gib, free_bytes=8 * gib) == 1
     assert placement_count(8, 2.0, 4 * gib, free_bytes=8 * gib) == 8  # views cost a shift each, not a copy
     assert placement_count(8, 0.0, 0, free_bytes=8 * gib) == 1  # no tensor inputs: nothing to place

@@ -10,10 +10,18 @@ is the physical memory), in any process and under any timer, while its cuBLAS re
 Timed on one allocation its speedup moved by 5.4 % from one evaluator worker to the next; over 8 placements
 by 0.6-0.9 %.
 
+The copies of one side are made together, before any is timed, and after the other side's (`placements_for`):
+on a quiet driver consecutive allocations of one size take consecutive device memory, so a side's copies cover
+one span of it evenly. Made one reference copy, one candidate copy in turn (as the timer took them until
+2026-12-03), every candidate copy fell on every other block: 22_MatVec's 2 GiB input read ~0.553 ms on all 7
+copies in some jobs and ~0.489 ms on all of them in others (4.5 % CV of its speedup over 5 runs), while the
+ground truth's single-side copies alternated and its mean stayed put.
+
 Two ways to place (``EvalConfig.placement_shift_mib``):
 
-- 0: separate copies, every one kept alive while the others are timed (each is new device memory); their
-  number is capped so the copies take at most ``MEMORY_FRACTION`` of the free device memory.
+- 0: separate copies, all of them made before the first is timed and kept alive until the last is (each is new
+  device memory); the inputs themselves are not timed, only their copies. Their number is capped so the copies
+  take at most ``MEMORY_FRACTION`` of the free device memory; where fewer than two fit, the inputs as they are.
 - N > 0: one buffer per tensor, N MiB longer per extra placement; placement j is a view at byte offset
   j * N MiB, the values copied in just before it is timed (the views overlap, so only one is live at a time).
   Costs N MiB per placement and tensor, whatever the input's size; but on the H200 offsets of 64 KiB to
@@ -38,31 +46,38 @@ def tensor_bytes(inputs: list) -> int:
 
 def placement_count(requested: int, shift_mib: float, input_bytes: int, free_bytes: int | None) -> int:
     """How many placements to time: ``requested``, fewer when separate copies (``shift_mib`` 0) of
-    ``input_bytes`` (both sides together) would take more than ``MEMORY_FRACTION`` of ``free_bytes``;
-    at least 1 (the inputs as they are)."""
+    ``input_bytes`` (both sides together) would take more than ``MEMORY_FRACTION`` of ``free_bytes``; 1 (the
+    inputs as they are) where fewer than two copies fit."""
     if requested <= 1 or input_bytes <= 0:
         return 1
     if shift_mib > 0 or free_bytes is None:
         return requested
-    return max(1, min(requested, 1 + int(MEMORY_FRACTION * free_bytes // input_bytes)))
+    copies = min(requested, int(MEMORY_FRACTION * free_bytes // input_bytes))
+    return copies if copies >= 2 else 1
 
 
 def placements_for(requested: int, shift_mib: float, device: str, *sides: list) -> list[Placements]:
     """Each input list's placements, as many for every one: ``requested`` on a GPU, fewer where separate copies
-    of all of them would take too much of the free device memory (`placement_count`); 1 off a GPU."""
+    of all of them would take too much of the free device memory (`placement_count`); 1 off a GPU. Separate
+    copies are made here, one side's all together and then the next side's (see the module's docstring)."""
     count = requested if device == "cuda" else 1
     if count > 1 and shift_mib <= 0:
         import torch
 
         free = torch.cuda.mem_get_info()[0]
         count = placement_count(count, shift_mib, sum(tensor_bytes(inputs) for inputs in sides), free)
-    return [Placements(inputs, count, shift_mib) for inputs in sides]
+    placed = [Placements(inputs, count, shift_mib) for inputs in sides]
+    for side in placed:
+        side.make_copies()
+    return placed
 
 
 class Placements:
-    """``count`` placements of one input list. Iterating yields input lists, one per placement: the first is
-    ``inputs`` itself; the others hold the same values elsewhere (see the module's docstring). Non-tensor
-    inputs are passed as they are."""
+    """``count`` placements of one input list. Iterating yields input lists, one per placement, holding the
+    same values in other device memory: with one placement ``inputs`` itself; with separate copies
+    (``shift_mib`` 0) ``count`` copies, all made before the first is yielded (`make_copies`); with views, the
+    inputs first and then ``count`` - 1 views (see the module's docstring). Non-tensor inputs are passed as
+    they are. The copies are dropped once the iteration ends."""
 
     def __init__(self, inputs: list, count: int, shift_mib: float = 0.0):
         self.inputs = inputs
@@ -73,23 +88,24 @@ class Placements:
     def __len__(self) -> int:
         return self.count
 
-    def __iter__(self) -> Iterator[list]:
-        yield self.inputs
-        if self.count == 1:
-            return
-        if self.shift <= 0:
-            yield from self._copies()
-        else:
-            yield from self._views()
-        self._buffers.clear()
-
-    def _copies(self) -> Iterator[list]:
+    def make_copies(self) -> None:
+        """Make the separate copies now, one after another, if they are what is placed and not made yet."""
         from kzcore.evaluate.tensors import clone_inputs
 
-        for _ in range(1, self.count):
-            placed = clone_inputs(self.inputs)
-            self._buffers.append(placed)  # kept: the next copy must land on other memory
-            yield placed
+        if self.count > 1 and self.shift <= 0 and not self._buffers:
+            self._buffers = [clone_inputs(self.inputs) for _ in range(self.count)]
+
+    def __iter__(self) -> Iterator[list]:
+        if self.count == 1:
+            yield self.inputs
+            return
+        if self.shift <= 0:
+            self.make_copies()
+            yield from self._buffers
+        else:
+            yield self.inputs
+            yield from self._views()
+        self._buffers = []
 
     def _views(self) -> Iterator[list]:
         import torch
