@@ -130,7 +130,7 @@ def _pair_ms(reference, candidate, inputs: list, device: str) -> tuple[float, fl
 
 def placements(case: dict, solution_source: str, device: str, workdir: Path, count: int) -> dict:
     """do_bench (median, L2 flushed) of reference and candidate on ``count`` separate allocations of the same
-    inputs in this one process (kzcore.evaluate.placement.Placements: every earlier copy kept alive, so each
+    inputs in this one process (kzcore.evaluate.placement.Placements: all made first and kept alive, so each
     lands on other memory). Separates "the kernel's speed depends on where its inputs lie"
     from "it depends on the process" when the pool's runs disagree (issue 17: 22_MatVec's candidate read
     0.489-0.568 ms from one worker process to the next while its reference varied < 0.6 %)."""
