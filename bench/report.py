@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,22 +44,11 @@ def sigterm_raises():
 
 
 def write_json_atomic(path: str | Path, data: dict) -> None:
-    """``data`` as JSON at ``path``, through a temporary file in the same folder and os.replace: a reader, or a
-    kill in the middle of the write, finds the previous file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the report private to its writer
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``data`` as JSON at ``path``, replacing the file at once (kzcore.jsonl.write_text_atomic): a reader, or a
+    kill in the middle of the write, finds the previous report or the new one, never half of one."""
+    from kzcore.jsonl import write_text_atomic
+
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def exit_status(exc: BaseException) -> int:

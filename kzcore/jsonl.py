@@ -8,6 +8,7 @@ API:
   repair_tail(path, *, on_skip=None) -> bool        make the file end on a whole line before appending
   open_for_append(path, *, on_skip=None) -> file    repair_tail, then a text file opened to append
   append_jsonl(path, rows, *, on_skip=None) -> None one line per row, flushed
+  write_text_atomic(path, text) -> None             replace a whole file (a pool, a state, a report) at once
 
 ``on_skip(message)`` receives one line per skipped or dropped line, ``"PATH:LINE: why"``; without it the
 message goes to the ``kzcore.jsonl`` logger as a warning (`kz` prints those on stderr).
@@ -15,9 +16,11 @@ message goes to the ``kzcore.jsonl`` logger as a warning (`kz` prints those on s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
@@ -142,3 +145,23 @@ def append_jsonl(path: Path | str, rows: Iterable[dict], *, on_skip: OnSkip | No
         for row in rows:
             f.write(json.dumps(row) + "\n")
         f.flush()
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """``text`` as the whole of ``path`` (its folder made if missing), through a temporary file beside it and
+    os.replace: a reader, or a kill in the middle of the write, finds the previous file or the new one, never
+    half of one. The file is readable by all (0644), as a plain write would leave it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the file private to its writer
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

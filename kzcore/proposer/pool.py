@@ -6,7 +6,6 @@ summarizes it. Also loadable as a Hugging Face ``datasets.Dataset``."""
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
-from kzcore.jsonl import append_jsonl, read_jsonl_numbered
+from kzcore.jsonl import append_jsonl, read_jsonl_numbered, write_text_atomic
 from kzcore.proposer.gates import GATE_ORDER, GateResult
 from kzcore.types import Problem
 
@@ -147,10 +146,7 @@ def read_pool(path: str | Path) -> list[TaskRecord]:
 
 def write_pool(path: str | Path, records: Iterable[TaskRecord]) -> None:
     """Replace the pool file atomically (a reader never sees half a file)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r.to_json()) + "\n" for r in records))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r.to_json()) + "\n" for r in records))
 
 
 def record_pass_rates(path: str | Path, round: int, results: Mapping[str, tuple[int, int]]) -> int:

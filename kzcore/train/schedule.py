@@ -8,7 +8,6 @@ this module knows nothing about models."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.errors import KzError
+from kzcore.jsonl import write_text_atomic
 from kzcore.types import Phase
 
 STATE_FILE = "state.json"
@@ -67,9 +67,7 @@ def read_state(run_dir: Path) -> dict:
 
 
 def _write_state(run_dir: Path, state: dict) -> None:
-    tmp = run_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, run_dir / STATE_FILE)  # atomic: a kill leaves the old state or the new, never half
+    write_text_atomic(run_dir / STATE_FILE, json.dumps(state, indent=2))  # a kill leaves the old state or the new
 
 
 Handler = Callable[[Phase, Path], dict[str, float]]
