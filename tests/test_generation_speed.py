@@ -54,7 +54,7 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
     class FakeGRPOTrainer:
         """What run_grpo touches of TRL's GRPOTrainer; train() generates once, as TRL does, then 'updates'."""
 
-        def __init__(self, model, reward_funcs, args, train_dataset):
+        def __init__(self, model, reward_funcs, args, train_dataset, callbacks=()):
             self.args = args
             self.model = SimpleNamespace(generate=self._generate)
             self.state = SimpleNamespace(global_step=1, log_history=[])
@@ -64,7 +64,13 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
             seen["generate"] = torch.backends.cuda.cudnn_sdp_enabled()
             return "ids"
 
-        def train(self):
+        def add_callback(self, callback):
+            """run_grpo adds its checkpoint callback here; the fake never calls it."""
+
+        def is_world_process_zero(self):
+            return True
+
+        def train(self, resume_from_checkpoint=None):
             assert self.model.generate(input_ids=None) == "ids"
             seen["update"] = torch.backends.cuda.cudnn_sdp_enabled()
 
@@ -73,10 +79,10 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
 
     monkeypatch.setattr(trl, "GRPOTrainer", FakeGRPOTrainer)
     before = torch.backends.cuda.cudnn_sdp_enabled()
-    metrics = coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path)
+    metrics = coder.run_grpo("model", [], [], coder.GRPOSettings(use_cpu=True), tmp_path)
     assert metrics["steps"] == 1 and 0 <= metrics["generation_seconds"] <= metrics["train_seconds"]
     assert seen == {"generate": False, "update": before}
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
     # a trainer that never calls the model's generate (TRL with vLLM): no generation time is claimed
-    monkeypatch.setattr(FakeGRPOTrainer, "train", lambda self: None)
-    assert coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path)["generation_seconds"] is None
+    monkeypatch.setattr(FakeGRPOTrainer, "train", lambda self, resume_from_checkpoint=None: None)
+    assert coder.run_grpo("model", [], [], coder.GRPOSettings(use_cpu=True), tmp_path)["generation_seconds"] is None

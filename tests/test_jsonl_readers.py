@@ -154,7 +154,7 @@ def test_coder_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, cap
     out = tmp_path / "out"
     logged = {"correct_rate": 0.5, "frac_groups_zero_std": 0.25, "eval_seconds": 1.5}
 
-    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None, **kwargs):
         torn(output_dir / "rewards.jsonl", [logged, logged], tail='{"call": 3, "rew')
         return {"steps": 2, "train_seconds": 9.0, "generation_seconds": 4.0}
 
@@ -184,7 +184,7 @@ def test_proposer_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, 
     phase_dir = tmp_path / "phase"
     logged = {"step": 1, "accepted": 2, "failures": {"ast": 1, "duplicate": 1}}
 
-    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None):
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None, **kwargs):
         phase_dir.mkdir(parents=True, exist_ok=True)
         torn(phase_dir / "rewards.jsonl", [logged, logged], tail='{"step": 3, "acc')
         return {"steps": 1}
@@ -199,6 +199,7 @@ def test_proposer_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, 
         pool_path=lambda: tmp_path / "pool.jsonl",
         latest_checkpoint=lambda role: f"{role}-ckpt",
         policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: closed.append(ckpt)),
+        log=print,
     )
     append_records(tmp_path / "pool.jsonl", [record(0)])
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)

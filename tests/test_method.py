@@ -219,7 +219,7 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
     # 2. RL: the dataset the Coder phase hands GRPO
     seen = {}
 
-    def fake_coder_phase(model, problems, language, output_dir, settings, pool, eval_config, ca, prompt_for, pm):
+    def fake_coder_phase(model, problems, language, output_dir, settings, pool, eval_config, ca, prompt_for, pm, **kw):
         seen["prompts"] = task_dataset(problems, prompt_for)["prompt"]
         return {}
 
@@ -233,7 +233,7 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
 
     captured = {}
     monkeypatch.setattr(
-        proposer_phase, "run_grpo", lambda model, data, funcs, s, out, pm=None: captured.update(f=funcs[0]) or {}
+        proposer_phase, "run_grpo", lambda model, data, funcs, s, out, pm=None, **kw: captured.update(f=funcs[0]) or {}
     )
     proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), tmp_path / "proposer")
     task = attrs.evolve(record(0, 1), code=relu.source)

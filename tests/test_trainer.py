@@ -282,3 +282,35 @@ def test_scoring_fills_the_policys_batch_with_each_call(plugins, tmp_path, tiny)
     finally:
         policy.close()
     assert prompts_per_call(types.SimpleNamespace(), 4) == 8  # a policy that batches its own way
+
+
+def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, monkeypatch):
+    """A resumed run's held-out scoring finds every completion and verdict on disk: its lines say they were
+    reused from the earlier run, not that 0 of 2 were sampled in 0 s. (The evaluator is a stand-in that reports
+    how many verdicts it found on disk, as kzcore.evaluate.runner.evaluate does through ``on_start``.)"""
+    from kzcore.problems import load_problems
+    from kzcore.train import scoring
+    from tests import fakes_policy
+
+    on_disk = []
+
+    def evaluate(problems, candidates, config, out, executor, on_start, on_result, pm):
+        on_start(len(on_disk), len(candidates) - len(on_disk))
+        on_disk[:] = candidates
+        return []
+
+    monkeypatch.setattr(scoring, "evaluate", evaluate)
+    problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "3_Sigmoid")]
+    lines: list[str] = []
+    trainer = types.SimpleNamespace(config=TrainConfig(), pool=None, pm=plugins("kz_triton"), log=lines.append)
+    params = scoring.SamplingParams(n=1)
+    for _ in range(2):
+        lines.clear()
+        scoring.sample_and_evaluate(
+            trainer, fakes_policy.ScriptedPolicy(), problems, "triton", params, tmp_path, "", "held-out 00-sft"
+        )
+    assert lines == [
+        "held-out 00-sft: sampling 1 per problem: 2/2 reused from an earlier run",
+        "held-out 00-sft: evaluating: 2 results reused from an earlier run",
+    ]
+    assert len((tmp_path / "completions-triton.jsonl").read_text().splitlines()) == 2  # none sampled twice

@@ -17,7 +17,7 @@ import attrs
 
 from kzcore.errors import KzError
 from kzcore.evaluate.runner import map_prepared
-from kzcore.jsonl import read_jsonl
+from kzcore.jsonl import read_jsonl, write_text_atomic
 from kzcore.plugins import get_plugin_manager
 from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, gather_verdicts
@@ -41,6 +41,10 @@ class GRPOSettings:
     report_to: tuple[str, ...] = ()
     logging_steps: int = 1
     gradient_checkpointing: bool = False
+    # the trainer's state is saved every save_steps steps and whenever save_minutes have passed since the last
+    # save (0 turns either off); an interrupted phase resumes from the newest save (kzcore.train.trl_run)
+    save_steps: int = 0
+    save_minutes: float = 5.0
 
 
 def completion_text(completion) -> str:
@@ -67,6 +71,22 @@ class CoderReward:
         self._ended: float | None = None  # perf_counter() when the previous call returned
         self.tally: dict[str, list[int]] = {}
 
+    def start_at(self, step: int) -> None:
+        """Training starts at ``step`` (0, or a resumed checkpoint's): the log keeps only the rows of the steps
+        before it, and the tally and the call count are those rows' (rows of steps a killed run did not keep are
+        dropped; those steps run again)."""
+        rows = keep_steps_before(self.log_path, step)
+        self.tally, seen = {}, set()
+        for row in rows:
+            if row["call"] in seen:  # one row per process and call; the counts are the whole group's
+                continue
+            seen.add(row["call"])
+            for key, (correct, samples) in row.get("task_counts", {}).items():
+                counts = self.tally.setdefault(key, [0, 0])
+                counts[0] += correct
+                counts[1] += samples
+        self.calls = max(seen) + 1 if seen else 0
+
     def __call__(
         self, prompts, completions, problem, level, task_id=None, trainer_state=None, log_metric=None, **kwargs
     ):
@@ -87,23 +107,29 @@ class CoderReward:
         everything, start = gather_verdicts(verdicts)
         rewards = ca_grpo_rewards(everything, self.ca_config)[start : start + len(verdicts)]
         keys = dict(zip(task_id, (f"{r.level}/{r.problem}" for r in results)))
-        self._tally(everything, _gather_keys(keys))
+        task_counts = self._tally(everything, _gather_keys(keys))
         eval_s = time.perf_counter() - t0
         # since the previous call ended: this step's generation and the previous step's update (TRL's share)
         between_s = None if self._ended is None else t0 - self._ended
-        self._log(results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric)
+        self._log(results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric, task_counts)
         self.calls += 1
         self._ended = time.perf_counter()
         return rewards
 
-    def _tally(self, verdicts: list[Verdict], task_keys: dict[str, str]) -> None:
+    def _tally(self, verdicts: list[Verdict], task_keys: dict[str, str]) -> dict[str, list[int]]:
+        """Adds every process's verdicts of this call to the tally; returns this call's counts per task."""
+        call: dict[str, list[int]] = {}
         for v in verdicts:
-            key = task_keys[v.group.split(":", 1)[1]]
-            counts = self.tally.setdefault(key, [0, 0])
+            counts = call.setdefault(task_keys[v.group.split(":", 1)[1]], [0, 0])
             counts[0] += v.correct
             counts[1] += 1
+        for key, (correct, samples) in call.items():
+            total = self.tally.setdefault(key, [0, 0])
+            total[0] += correct
+            total[1] += samples
+        return call
 
-    def _log(self, results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric) -> None:
+    def _log(self, results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric, task_counts) -> None:
         groups = collections.defaultdict(list)
         for v, r in zip(verdicts, rewards):
             groups[v.group].append((v.correct, r))
@@ -121,12 +147,25 @@ class CoderReward:
             "speedup_geomean": statistics.geometric_mean(speedups) if speedups else None,
             "eval_seconds": round(eval_s, 3),
             "between_calls_seconds": None if between_s is None else round(between_s, 3),
+            "task_counts": task_counts,  # every process's verdicts per task: the phase's pass rates, after a resume too
         }
         with self.log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if log_metric is not None:
             log_metric("kz/correct_rate", row["correct_rate"])
             log_metric("kz/eval_seconds", row["eval_seconds"])
+
+
+def keep_steps_before(log_path: Path, step: int) -> list[dict]:
+    """The rows of a reward log (one per reward call, each with the trainer's ``step``) of the steps before
+    ``step``; the file is rewritten with only those (atomically) when it held more. Returns the kept rows."""
+    if not log_path.exists():
+        return []
+    rows = read_jsonl(log_path)
+    kept = [r for r in rows if r.get("step") is not None and r["step"] < step]
+    if len(kept) != len(rows):
+        write_text_atomic(log_path, "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
 
 
 def _gather_keys(local: dict[str, str]) -> dict[str, str]:
@@ -153,8 +192,10 @@ def task_dataset(problems: list[Problem], prompt_for: Callable[[Problem], list[d
     )
 
 
-def grpo_config(settings: GRPOSettings, output_dir: Path):
+def grpo_config(settings: GRPOSettings, output_dir: Path, quiet: bool = False):
     from trl import GRPOConfig
+
+    from kzcore.train.precision import trainer_precision
 
     return GRPOConfig(
         output_dir=str(output_dir),
@@ -172,9 +213,11 @@ def grpo_config(settings: GRPOSettings, output_dir: Path):
         vllm_mode=settings.vllm_mode,
         report_to=list(settings.report_to) or "none",
         logging_steps=settings.logging_steps,
-        save_strategy="no",
+        save_strategy="no",  # checkpoints are asked for by trl_run's callback (every N steps or minutes)
+        disable_tqdm=quiet,
         gradient_checkpointing=settings.gradient_checkpointing,
         scale_rewards="group",
+        **trainer_precision(settings.use_cpu),
     )
 
 
@@ -201,26 +244,40 @@ def without_cudnn_attention(generate: Callable) -> Callable:
     return wrapped
 
 
-def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, output_dir: Path, pm=None) -> dict:
+def run_grpo(
+    model: str, dataset, reward_funcs: list, settings: GRPOSettings, output_dir: Path, pm=None, log=print,
+    quiet: bool = False, label: str = "grpo", callbacks: tuple = (),
+) -> dict:  # fmt: skip
     """One GRPO phase on ``dataset`` with ``reward_funcs``; saves the model to ``output_dir``. Generation goes
-    through a plugin's ``kz_fast_generate`` when one offers it for the model."""
+    through a plugin's ``kz_fast_generate`` when one offers it for the model. Resumes from the newest checkpoint a
+    run of the same model, dataset and settings left in ``output_dir``; a reward function with ``start_at(step)``
+    is told the step training starts at first (see `CoderReward.start_at`). ``quiet``: one ``log`` line per step
+    instead of the libraries' bars and metric dicts; ``callbacks``: extra TrainerCallbacks."""
     try:
         from trl import GRPOTrainer
     except ImportError as exc:
         raise KzError(f"GRPO needs trl ({exc}); pip install 'kzcore[train]'") from None
+    from kzcore.train.trl_run import identity_of, quiet_libraries, rows_sha, train_phase
+
+    if quiet:
+        quiet_libraries()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=grpo_config(settings, output_dir), train_dataset=dataset
-    )
+        model=model, reward_funcs=reward_funcs, args=grpo_config(settings, output_dir, quiet=quiet),
+        train_dataset=dataset, callbacks=list(callbacks),
+    )  # fmt: skip
     # TRL generates with the unwrapped model (the same module as trainer.model): its generate is replaced there.
     generate = without_cudnn_attention(trainer.model.generate)
     pm = pm or get_plugin_manager()
     timed = TimedCalls(pm.hook.kz_fast_generate(model=trainer.model, generate=generate) or generate)
     trainer.model.generate = timed
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    trainer.save_model(str(output_dir))
-    trainer.processing_class.save_pretrained(str(output_dir))
+
+    def start_at(step: int) -> None:
+        for func in reward_funcs:
+            if hasattr(func, "start_at"):
+                func.start_at(step)
+
+    identity = identity_of(model, settings, dataset=rows_sha(dataset))
+    run = train_phase(trainer, Path(output_dir), settings, label, identity, log=log, quiet=quiet, on_start=start_at)
     logs = [h for h in trainer.state.log_history if "reward" in h]
 
     def mean(key: str) -> float:
@@ -233,7 +290,7 @@ def run_grpo(model: str, dataset, reward_funcs: list, settings: GRPOSettings, ou
         "reward_std": mean("reward_std"),
         # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)
         "frac_reward_zero_std": mean("frac_reward_zero_std"),
-        "train_seconds": round(seconds, 3),
+        **run,  # train_seconds: this run's part of the phase (after a resume, the steps after the checkpoint)
         # inside train_seconds: every generate call, end to end; None when TRL never called it (vLLM generates)
         "generation_seconds": round(timed.seconds, 3) if timed.calls else None,
     }
@@ -259,6 +316,7 @@ class TimedCalls:
 def run_coder_phase(
     model: str, problems: list[Problem], language: str, output_dir: Path, settings: GRPOSettings, pool, eval_config,
     ca_config: CAGRPOConfig = CAGRPOConfig(), prompt_for: Callable[[Problem], list[dict]] | None = None, pm=None,
+    log=print, quiet: bool = False,
 ) -> dict:  # fmt: skip
     """GRPO the Coder at ``model`` on ``problems`` (one prompt each, in order); the checkpoint lands in
     ``output_dir``, with ``tasks.jsonl`` (the prompts trained on) and ``pass_rates.json`` (each task's
@@ -270,13 +328,15 @@ def run_coder_phase(
     reward = CoderReward(problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl")
     dataset = task_dataset(problems, prompt_for)
     dataset.to_json(str(output_dir / "tasks.jsonl"))
-    metrics = run_grpo(model, dataset, [reward], settings, output_dir, pm=pm)
+    metrics = run_grpo(model, dataset, [reward], settings, output_dir, pm=pm, log=log, quiet=quiet, label="coder")
     (output_dir / "pass_rates.json").write_text(json.dumps(reward.tally, indent=1))
     rows = read_jsonl(output_dir / "rewards.jsonl")
     metrics["correct_rate"] = statistics.fmean(r["correct_rate"] for r in rows) if rows else 0.0
     metrics["frac_groups_zero_std"] = statistics.fmean(r["frac_groups_zero_std"] for r in rows) if rows else 1.0
-    metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in rows), 3)
-    between = [r["between_calls_seconds"] for r in rows if r.get("between_calls_seconds") is not None]
+    # the steps this run trained (after a resume, those after the checkpoint): the part train_seconds covers
+    this_run = [r for r in rows if (r.get("step") or 0) >= metrics.get("resumed_at_step", 0)]
+    metrics["eval_seconds"] = round(sum(r["eval_seconds"] for r in this_run), 3)
+    between = [r["between_calls_seconds"] for r in this_run if r.get("between_calls_seconds") is not None]
     metrics["between_calls_seconds"] = round(sum(between), 3)  # generation + updates, after the first call
     # the rest of the phase: the optimizer steps (forward and backward of the scored completions) and TRL's own work
     if metrics.get("generation_seconds") is not None:

@@ -37,6 +37,9 @@ class RunSection:
     # "last-best": after each phase keep only the checkpoints a later phase can start from (the newest of each
     # role) and the one with the best held-out pass@1; "all": keep every phase's model.
     keep_checkpoints: str = attrs.field(default="last-best", validator=attrs.validators.in_(KEEP_CHECKPOINTS))
+    # true: no progress bars from transformers, datasets and TRL and no TRL metric dicts; one line per training
+    # step instead (the demo's log). false: the libraries' own output, as they print it
+    quiet: bool = False
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 
 from kzcore.evaluate.runner import evaluate
+from kzcore.metrics import is_faster
 from kzcore.plugins import get_plugin_manager
 from kzcore.policy import Policy, SamplingParams
 from kzcore.problems import load_solutions
@@ -52,9 +53,8 @@ def _answer(candidate: Candidate, pm, keep_reasoning: bool = True) -> str:
 
 
 def keep(result: EvalResult, only_faster: bool) -> bool:
-    if not result.correct:
-        return False
-    return not only_faster or (result.speedup is not None and result.speedup > 1.0)
+    """Correct, and with ``only_faster`` faster than eager by fast_1's rule (parity within noise is not)."""
+    return result.correct and (not only_faster or is_faster(result, 1.0))
 
 
 def distill(

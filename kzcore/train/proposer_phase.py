@@ -20,7 +20,7 @@ import attrs
 
 from kzcore.evaluate.problem_check import check_problems
 from kzcore.evaluate.runner import map_prepared
-from kzcore.jsonl import read_jsonl
+from kzcore.jsonl import read_jsonl, write_text_atomic
 from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
@@ -30,7 +30,7 @@ from kzcore.proposer.prompt import load_examples
 from kzcore.proposer.propose import ProposerRun
 from kzcore.proposer.sampler import SamplerConfig
 from kzcore.rewards import frontier_reward, gate_failure_reward
-from kzcore.train.coder import completion_text, run_grpo
+from kzcore.train.coder import completion_text, keep_steps_before, run_grpo
 from kzcore.types import Candidate, EvalJob, Phase
 
 
@@ -70,6 +70,11 @@ class ProposerReward:
         self.run.seen.update({r.dedup_key: r.id for r in records if r.accepted})
         self._log(records, rewards, time.perf_counter() - t0, trainer_state, log_metric)
         return rewards
+
+    def start_at(self, step: int) -> None:
+        """GRPO starts at ``step`` (0, or a resumed checkpoint's): the log keeps the rows of the steps before it.
+        The modules later steps of a killed run filed stay in the task pool (they were judged and measured)."""
+        keep_steps_before(self.log_path, step)
 
     def reward(self, record: TaskRecord) -> float:
         s = self.settings
@@ -170,7 +175,7 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
     )  # fmt: skip
     n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
-    api_sets, chats = run.prompts(n_prompts)
+    api_sets, chats = phase_prompts(run, n_prompts, phase_dir / "prompts.jsonl")
     dataset = Dataset.from_list(
         [{"prompt": c, "apis": list(a), "chat_index": i} for i, (a, c) in enumerate(zip(api_sets, chats))]
     )
@@ -185,8 +190,9 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
             metrics = propose_frozen(trainer, dataset, reward, settings)
         else:
             metrics = run_grpo(
-                trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model", pm=trainer.pm
-            )
+                trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model", pm=trainer.pm,
+                log=trainer.log, quiet=cfg.run.quiet, label="proposer",
+            )  # fmt: skip
     finally:
         coder.close()
     rows = read_jsonl(log_path)
@@ -195,6 +201,19 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     if unseen != 1.0:
         metrics["known_apis"] = len(known)
     return metrics
+
+
+def phase_prompts(run: ProposerRun, count: int, path: Path) -> tuple[list[tuple[str, ...]], list[list[dict]]]:
+    """The phase's ``count`` API sets and Proposer prompts: drawn once and kept in ``path``, so that a resumed
+    phase trains on the prompts its checkpoint was trained with (a new draw would see the modules the killed
+    run added to the pool)."""
+    if path.exists():
+        rows = read_jsonl(path)
+        if len(rows) == count:
+            return [tuple(r["apis"]) for r in rows], [r["prompt"] for r in rows]
+    api_sets, chats = run.prompts(count)
+    write_text_atomic(path, "".join(json.dumps({"apis": list(a), "prompt": c}) + "\n" for a, c in zip(api_sets, chats)))
+    return api_sets, chats
 
 
 def known_apis(catalog, problems) -> frozenset[str]:

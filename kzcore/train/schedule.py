@@ -73,6 +73,32 @@ def _write_state(run_dir: Path, state: dict) -> None:
 Handler = Callable[[Phase, Path], dict[str, float]]
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and its children: those that ended (getrusage)
+    and those still running, such as the evaluator's workers, which live across phases (psutil, where
+    installed). The difference of two readings is a phase's CPU cost, whichever process spent it."""
+    import resource
+
+    used = sum(
+        r.ru_utime + r.ru_stime
+        for r in (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
+    try:
+        import psutil
+    except ImportError:
+        return used
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # ended between the listing and the reading: getrusage counts it once reaped
+            continue
+        # with what its own ended children used (a worker's compiler processes)
+        used += (
+            times.user + times.system + getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+        )
+    return used
+
+
 def phases_until(schedule: Schedule, until: str | None = None) -> list[Phase]:
     """The schedule's phases, up to and including the phase with id ``until`` (e.g. ``"00-distill"``); all of
     them when ``until`` is None. An id the schedule does not have is an error naming the ones it has."""
@@ -106,9 +132,10 @@ def run_schedule(
         phase_dir = run_dir / "phases" / pid
         phase_dir.mkdir(parents=True, exist_ok=True)
         pm.hook.kz_phase_start(phase=phase)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
         metrics = dict(handlers[phase.role](phase, phase_dir))
         metrics["seconds"] = round(time.perf_counter() - t0, 3)
+        metrics["cpu_seconds"] = round(cpu_seconds() - cpu0, 3)  # bench/phase_seconds.py reports both
         pm.hook.kz_phase_end(phase=phase, metrics=metrics)
         state["done"].append(pid)
         state["metrics"][pid] = metrics

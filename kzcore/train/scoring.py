@@ -12,7 +12,7 @@ from kzcore.evaluate.runner import evaluate
 from kzcore.metrics import summarize
 from kzcore.policy import SamplingParams
 from kzcore.progress import Progress
-from kzcore.sampling import sample_candidates
+from kzcore.sampling import read_completions, sample_candidates
 from kzcore.types import EvalResult, Problem
 
 
@@ -21,15 +21,28 @@ def sample_and_evaluate(
 ) -> list[EvalResult]:
     """``params.n`` completions of each problem from ``policy`` in ``language``, evaluated; for ``trainer`` (a
     kzcore.train.trainer.Trainer: its config, executor, plugins and log). Completions and verdicts go to
-    ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl`` (both resume)."""
-    with Progress(f"{where}: sampling {params.n} per problem", len(problems), trainer.log) as bar:
+    ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl`` (both resume); what
+    an earlier run left there is reused, and the progress lines say so rather than count it as done now."""
+    completions = out / f"{files}completions-{language}.jsonl"
+    reused = already_sampled(completions, problems, language)
+    label = f"{where}: sampling {params.n} per problem"
+    if reused:
+        trainer.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
+    with Progress(label, None, trainer.log) as bar:
+        if reused < len(problems):
+            bar.start(len(problems) - reused)
         candidates = sample_candidates(
-            policy, problems, language, params, out / f"{files}completions-{language}.jsonl",
-            template=trainer.config.prompts.coder_template, batch_size=prompts_per_call(policy, params.n),
-            on_batch=bar.advance, pm=trainer.pm,
+            policy, problems, language, params, completions, template=trainer.config.prompts.coder_template,
+            batch_size=prompts_per_call(policy, params.n), on_batch=bar.advance, pm=trainer.pm,
         )  # fmt: skip
     with Progress(f"{where}: evaluating", None, trainer.log) as bar:
         correct = 0
+
+        def on_start(already: int, todo: int) -> None:
+            if already:
+                trainer.log(f"{where}: evaluating: {already} results reused from an earlier run")
+            if todo or not already:
+                bar.start(todo)
 
         def on_result(result):
             nonlocal correct
@@ -38,8 +51,18 @@ def sample_and_evaluate(
 
         return evaluate(
             problems, candidates, trainer.config.eval, out / f"{files}results-{language}.jsonl",
-            executor=trainer.pool, on_start=lambda already, todo: bar.start(todo), on_result=on_result, pm=trainer.pm,
+            executor=trainer.pool, on_start=on_start, on_result=on_result, pm=trainer.pm,
         )  # fmt: skip
+
+
+def already_sampled(path: Path, problems: list[Problem], language: str) -> int:
+    """How many of ``problems`` already have completions in ``language`` in ``path`` (sample_candidates asks
+    the policy only for the others)."""
+    if not path.exists():
+        return 0
+    rows = read_completions(path, on_skip=lambda message: None)  # sample_candidates reports a torn line
+    done = {(r["level"], r["problem"]) for r in rows if r.get("language") == language}
+    return sum((p.level, p.name) in done for p in problems)
 
 
 def prompts_per_call(policy, n: int, default: int = 8) -> int:

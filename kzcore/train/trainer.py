@@ -2,7 +2,8 @@
 (frontier reward) and Coder GRPO (CA-GRPO), with a held-out evaluation and plots after every Coder phase.
 
 Each phase trains from the latest checkpoint and saves its own under ``RUN/phases/<id>/model``; the
-schedule records finished phases, so a killed run resumes at the first unfinished one. After each Coder
+schedule records finished phases, so a killed run resumes at the first unfinished one, and inside it at the
+newest step its trainer saved (kzcore.train.trl_run). After each Coder
 phase the pass rates it measured on its tasks go back into the task pool (the Proposer's frontier and API-set
 weighting read them) and into ``RUN/task_rates.jsonl``."""
 
@@ -194,7 +195,9 @@ class Trainer:
         base = {}
         if self.config.heldout.base:
             base = {f"base_{k}": v for k, v in self.evaluate_heldout(Phase("base", 0, 0), Path(self.base)).items()}
-        metrics = run_sft(self.base, data, phase_dir / "model", self.config.sft)
+        metrics = run_sft(
+            self.base, data, phase_dir / "model", self.config.sft, log=self.log, quiet=self.config.run.quiet
+        )
         if self.config.proposer.cold_start_steps:
             metrics.update(self.proposer_cold_start(phase_dir))
         return {**base, **metrics, **self.evaluate_heldout(phase, phase_dir / "model")}
@@ -226,7 +229,10 @@ class Trainer:
         self.log(
             f"proposer cold start: {counts['rows']} rows from {len(problems)} problems, {settings.max_steps} SFT steps"
         )
-        metrics = run_sft(self.proposer_base, data, phase_dir / PROPOSER_COLD_START, settings)
+        metrics = run_sft(
+            self.proposer_base, data, phase_dir / PROPOSER_COLD_START, settings, log=self.log,
+            quiet=self.config.run.quiet, label="proposer cold start",
+        )  # fmt: skip
         return {f"proposer_sft_{k}": v for k, v in {**metrics, **counts}.items()}
 
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
@@ -242,7 +248,8 @@ class Trainer:
         self.log(f"phase {phase_id(phase)}: {len(tasks)} prompts ({', '.join(f'{v} {k}' for k, v in sources.items())})")
         metrics = run_coder_phase(
             self.latest_checkpoint("coder"), tasks, self.language, phase_dir / "model", settings, self.pool,
-            self.config.eval, self.config.ca_grpo, prompt_for=self.coder_prompt, pm=self.pm,
+            self.config.eval, self.config.ca_grpo, prompt_for=self.coder_prompt, pm=self.pm, log=self.log,
+            quiet=self.config.run.quiet,
         )  # fmt: skip
         metrics["task_sources"] = sources
         metrics.update(calibration)
@@ -411,6 +418,10 @@ class Trainer:
     def run(self, until: str | None = None) -> dict:
         """Run (or resume) the schedule; with ``until`` (a phase id), stop after that phase."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.config.run.quiet:
+            from kzcore.train.trl_run import quiet_libraries
+
+            quiet_libraries()
         handlers = {"distill": self.distill, "sft": self.sft, "coder": self.coder, "proposer": self.proposer}
         handlers = {role: self._pruning_first(h) for role, h in handlers.items()}
         try:

@@ -24,9 +24,9 @@ from kz_models.graphdecode import StaticDecoder, checked, decoding_attention
 from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
 from kzcore import Chat, Completion, PolicyError, SamplingParams
+from kzcore.train.precision import DTYPES, model_dtype
 
 OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": "", "decoder": "auto"}
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 DECODERS = ("auto", "static", "transformers")
 CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -93,12 +93,8 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:
-    import torch
-
-    if dtype == "auto":
-        # bf16 halves memory on a GPU; on a CPU fp32 matmuls are the fast path.
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, dtype)
+    """The dtype the model is loaded in: kzcore's one rule for every loader (fp32 on a CPU unless asked)."""
+    return model_dtype(device, dtype)
 
 
 def context_length(config: Any) -> int | None:

