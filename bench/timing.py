@@ -55,20 +55,29 @@ class CpuWallTimer:
     GPU. Registered by this script alone, never by the evaluator."""
 
     @hookimpl
-    def kz_time_candidate(self, device, reference, candidate, config):
+    def kz_time_candidate(self, device, reference, candidate, config, rounds):
         if device != "cpu":
             return None
         for _ in range(config.warmup):
             reference()
             candidate()
         ref, cand = [], []
-        for i in range(min(config.reps, 30)):
-            for fn, out in (
-                ((reference, ref), (candidate, cand)) if i % 2 == 0 else ((candidate, cand), (reference, ref))
+        pairs = min(config.reps, 30)
+        for i in range(pairs):
+            if rounds is not None:
+                rounds.begin(last=i == pairs - 1)
+            for fn, side, out in (
+                ((reference, "reference", ref), (candidate, "candidate", cand))
+                if i % 2 == 0
+                else ((candidate, "candidate", cand), (reference, "reference", ref))
             ):
                 t = time.perf_counter()
-                fn()
+                outputs = fn()
                 out.append((time.perf_counter() - t) * 1000)
+                if rounds is not None:
+                    rounds.took(side, outputs)
+            if rounds is not None:
+                rounds.end()
         return Timing(
             ref_ms=max(statistics.median(ref), 1e-6),
             cand_ms=max(statistics.median(cand), 1e-6),
@@ -219,6 +228,7 @@ class Bench:
                 reference=lambda: forward(models[0], first),
                 candidate=lambda: forward(models[1], second),
                 config=config,
+                rounds=None,
             )
             for _ in range(self.args.passes)
         ]

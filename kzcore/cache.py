@@ -1,11 +1,14 @@
 """Where kzcore and its plugins keep caches on disk: ``$KZ_CACHE/<name>``, else
 ``$XDG_CACHE_HOME/kzcore/<name>``, else ``~/.cache/kzcore/<name>`` (the rule kz_models' converted
-checkpoints follow too)."""
+checkpoints follow too). Evaluator workers never write here: their sandbox leaves every kzcore cache read-only,
+but a subdirectory a language declares as its own compiler cache (`kzcore.executors.sandbox.writable_paths`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+PROBLEM_CHECKS = "problem-checks"  # kz eval's problem-check reports (kzcore.evaluate.problem_check)
 
 
 def cache_root() -> Path:

@@ -202,8 +202,9 @@ def _cmd_eval(args) -> int:
             if not args.solutions
             else "kz eval takes --solutions or --policy, not both"
         )
-    _note_gpu_only(require_language(args.language), _config_from(args).device, console)
-    problems = _load_problems(args.problems, args.kernelbench)
+    config = _config_from(args)
+    _note_gpu_only(require_language(args.language), config.device, console)
+    problems = _only(_load_problems(args.problems, args.kernelbench), args.only, args.problems)
     if args.solutions:
         candidates = load_solutions(args.solutions, problems, args.language)
     else:
@@ -215,11 +216,13 @@ def _cmd_eval(args) -> int:
     missing = [p.key for p in problems if (p.level, p.name) not in covered]
     if missing:
         console.print(
-            f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {', '.join(missing[:10])}"
+            f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {_first(missing)}",
+            soft_wrap=True,
         )
     if not candidates:
         raise KzError(f"no candidates found in {args.solutions or 'the policy output'} for {len(problems)} problem(s)")
     out = Path(args.out)
+    _retract_changed(problems, candidates, config, out, console)
     progress = Progress(
         TextColumn("[bold]evaluating"),
         BarColumn(),
@@ -244,7 +247,7 @@ def _cmd_eval(args) -> int:
         results = evaluate(
             problems,
             candidates,
-            _config_from(args),
+            config,
             out,
             executor=args.executor,
             workers=args.workers,
@@ -255,6 +258,54 @@ def _cmd_eval(args) -> int:
     _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
     Console().print(f"results: {out}")
     return 0
+
+
+def _first(names: list[str], limit: int = 10) -> str:
+    """``names`` joined with commas, the first ``limit`` of them and how many more."""
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f", … and {more} more" if more > 0 else "")
+
+
+def _retract_changed(problems, candidates, config, out: Path, console) -> None:
+    """Retract the results saved in ``out`` that judged other code than ``candidates`` hold now (a solution
+    fixed since, or a problem's source changed), so that resuming evaluates those candidates again instead
+    of reporting verdicts on code that is gone. Results from other settings are left alone: the runner
+    evaluates those again anyway."""
+    from kzcore.evaluate.runner import same_settings
+    from kzcore.results import ResultsWriter, read_results, stale_results
+    from kzcore.types import EvalJob
+
+    if not out.exists():
+        return
+    by_key = {(p.level, p.name): p for p in problems}
+    hashes = {
+        c.key: EvalJob(problem=by_key[(c.level, c.problem)], candidate=c, config=config).code_hash
+        for c in candidates
+        if (c.level, c.problem) in by_key
+    }
+    saved = read_results(out, on_skip=lambda message: None)  # the runner reads it next and reports skipped lines
+    stale = stale_results([r for r in saved if same_settings(r, config)], hashes)
+    if not stale:
+        return
+    writer = ResultsWriter(out)
+    try:
+        for result in stale:
+            writer.write_stale(result, hashes[result.key])
+    finally:
+        writer.close()
+    changed = [r.key for r in stale if r.code_hash]
+    unknown = len(stale) - len(changed)
+    if changed:
+        console.print(
+            f"{len(changed)} candidate(s) changed since their result in {out} was saved (their code or their "
+            f"problem's source); evaluating them again: {_first(changed)}",
+            soft_wrap=True,
+        )
+    if unknown:
+        console.print(
+            f"{unknown} result(s) in {out} do not say which code they judged (an older kz); evaluating them again",
+            soft_wrap=True,
+        )
 
 
 def _note_gpu_only(language, device: str, console) -> None:
@@ -309,7 +360,7 @@ def _cmd_sample(args) -> int:
     from kzcore.plugins import require_language
 
     require_language(args.language)
-    problems = _load_problems(args.problems, args.kernelbench)
+    problems = _only(_load_problems(args.problems, args.kernelbench), args.only, args.problems)
     console = Console(stderr=True)
     args.saved = f"completions so far are in {args.out}; run the same command again to resume"
     candidates = _sample(args, problems, Path(args.out), console)
@@ -363,13 +414,17 @@ def _cmd_distill(args) -> int:
 
 def _cmd_sft(args) -> int:
     from kzcore.train.sft import SFTSettings, run_sft
+    from kzcore.train.trl_run import InterruptNote, save_cadence
 
     settings = SFTSettings(
         max_steps=args.max_steps, learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length,
-        use_cpu=args.cpu, report_to=tuple(args.report_to),
+        use_cpu=args.cpu, report_to=tuple(args.report_to), save_steps=args.save_steps, save_minutes=args.save_minutes,
     )  # fmt: skip
-    args.saved = f"nothing was saved (kz sft writes the checkpoint to {args.out} when training ends)"
-    metrics = run_sft(args.model, Path(args.data), Path(args.out), settings)
+    args.saved = InterruptNote(
+        lambda: [("SFT", Path(args.out))], "run the same command again to resume",
+        f"nothing was saved (kz sft saves its state to {args.out} {save_cadence(args.save_steps, args.save_minutes)})",
+    )  # fmt: skip
+    metrics = run_sft(args.model, Path(args.data), Path(args.out), settings, quiet=args.quiet)
     print(json.dumps(metrics))
     return 0
 
@@ -396,7 +451,10 @@ def _cmd_train(args) -> int:
     from kzcore.train.trainer import Trainer
 
     trainer = Trainer(config)
-    args.saved = f"finished phases are recorded in {config.run.dir}; run the same command again to resume"
+    from kzcore.train.trl_run import InterruptNote, unfinished_phase_dirs
+
+    resume = f"finished phases are recorded in {config.run.dir}; run the same command again to resume"
+    args.saved = InterruptNote(lambda: unfinished_phase_dirs(Path(config.run.dir)), resume, resume)
     state = trainer.run(until=args.until)
     run_dir = Path(config.run.dir)
     print(f"phases done: {', '.join(state['done'])}")
@@ -467,18 +525,21 @@ def _cmd_pool(args) -> int:
 
 def _print_scores(results, k: int, problems, include_degenerate: bool, console) -> None:
     """The score table, without the problems that failed the problem check unless ``include_degenerate``,
-    and a line saying which were left out (or counted)."""
+    a line saying which were left out (or counted), and for each one left out why and what to do."""
     import attrs
 
     from kzcore.metrics import degenerate_note
-    from kzcore.report import print_report
+    from kzcore.report import degenerate_lines, print_report
 
     note = degenerate_note(results, include_degenerate)
+    left_out = [] if include_degenerate else degenerate_lines(results)
     if include_degenerate:
         results = [attrs.evolve(r, problem_degenerate="") for r in results]
     print_report(results, k=k, problems=problems, console=console)
     if note:
         console.print(f"[yellow]{note}[/yellow]")
+    for line in left_out:  # one line each: why, and what would count it
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _cmd_report(args) -> int:
@@ -512,6 +573,14 @@ def _add_policy_args(parser, policy_help: str, default: str | None = DEFAULT_POL
     parser.add_argument("--max-new-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--template", default="kernelbench", help="prompt template: kernelbench | principles")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
+
+
+def _add_only(parser, verb: str, example: str = "") -> None:
+    """``--only NAMES``, the same for every command that takes a suite (`_only` reads it)."""
+    parser.add_argument(
+        "--only", default=None, metavar="NAMES",
+        help=f"{verb} only these problems (comma-separated names or level/name keys){example}",
+    )  # fmt: skip
 
 
 def _eval_fields(names=None) -> list:
@@ -668,10 +737,7 @@ def _builtin_commands(sub) -> None:
         help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
     )  # fmt: skip
     check.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
-    check.add_argument(
-        "--only", default=None, metavar="NAMES",
-        help="check only these problems (comma-separated names or level/name keys), e.g. to re-check a few alone",
-    )  # fmt: skip
+    _add_only(check, "check", ", e.g. to re-check a few alone")
     check.set_defaults(func=_cmd_suite, name=None)
 
     ev = sub.add_parser(
@@ -692,6 +758,7 @@ def _builtin_commands(sub) -> None:
     ev.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
     ev.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     ev.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
+    _add_only(ev, "evaluate", ", each keeping its level")
     _add_policy_args(
         ev, "sample candidates from this policy first, e.g. smollm2 (instead of --solutions)", default=None
     )
@@ -708,6 +775,7 @@ def _builtin_commands(sub) -> None:
     sa.add_argument("--out", default="runs/completions.jsonl", help="completions JSONL (appended; resumes)")
     sa.add_argument("--seed", type=int, default=0, help="sampling seed")
     sa.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
+    _add_only(sa, "sample for", ", each keeping its level")
     _add_policy_args(sa, "the policy backend, NAME[:ARG]")
     sa.set_defaults(func=_cmd_sample)
 
@@ -744,6 +812,13 @@ def _builtin_commands(sub) -> None:
     sf.add_argument("--max-length", type=int, default=4096, help="longest example in tokens (longer are cut)")
     sf.add_argument("--cpu", action="store_true", help="train on the CPU (required on a machine without CUDA)")
     sf.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
+    sf.add_argument("--save-steps", type=int, default=0, help="save the trainer's state every N steps (0: by time)")
+    sf.add_argument(
+        "--save-minutes", type=float, default=5.0,
+        help="save the trainer's state when this many minutes passed since the last save (0: by steps only); "
+        "the same command resumes from the newest save",
+    )  # fmt: skip
+    sf.add_argument("--quiet", action="store_true", help="one line per step, no progress bars or metric dicts")
     sf.set_defaults(func=_cmd_sft)
 
     pr = sub.add_parser(
@@ -845,6 +920,8 @@ KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     # TRL's SFT/GRPO configs (and GRPOSettings) pass `gradient_checkpointing`, which transformers 5 renamed to
     # `activation_checkpointing` and maps over itself: nothing to act on in a run's log
     ("`gradient_checkpointing(_kwargs)?` is deprecated", FutureWarning, r"transformers\.training_args"),
+    # TRL's GRPOTrainer asks the model through the old names at every step (the demo's log had one per step)
+    ("`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated", FutureWarning, r"transformers\.modeling_utils"),
 )
 
 

@@ -23,3 +23,8 @@ class CompileError(Exception):
     def __init__(self, log: str):
         super().__init__(log)
         self.log = log
+
+
+class TimedCheckFailed(Exception):
+    """Raised by the timed rounds (`kzcore.timed`) when a timed call's outputs are wrong, or not the
+    candidate's own: the evaluator files it as ``hack_suspected``; a timer plugin lets it propagate."""

@@ -22,6 +22,7 @@ import pluggy
 
 from kzcore import PROJECT
 from kzcore.language import Language
+from kzcore.timed import TimedRounds
 from kzcore.types import (
     Command,
     EvalConfig,
@@ -265,7 +266,11 @@ def kz_check_outputs(expected: Sequence[Any], actual: Sequence[Any], config: Eva
 
 @hookspec(firstresult=True)
 def kz_time_candidate(
-    device: str, reference: Callable[[], Any], candidate: Callable[[], Any], config: EvalConfig
+    device: str,
+    reference: Callable[[], Any],
+    candidate: Callable[[], Any],
+    config: EvalConfig,
+    rounds: TimedRounds | None,
 ) -> Timing | None:
     """Time reference and candidate side by side in this worker, on one placement of their inputs.
 
@@ -274,16 +279,24 @@ def kz_time_candidate(
     returned medians; ``config`` then holds this placement's share of the repetitions and the time budget.
 
     :param device: ``"cuda"`` or ``"cpu"``.
-    :param reference: runs one reference forward on prepared inputs.
-    :param candidate: runs one candidate forward on prepared inputs (its launch instrumentation is off the
-        path while this hook runs: ``LaunchCounter.bare``).
+    :param reference: runs one reference forward on the prepared inputs and returns its outputs.
+    :param candidate: runs one candidate forward on the prepared inputs and returns its outputs (with its
+        launch instrumentation on, as in its correctness trials).
     :param config: warm-up, repetitions, L2 flush, launch cover, time budget.
+    :param rounds: what every timed pair goes through (`kzcore.timed.TimedRounds`), or None when the caller
+        times fixed inputs unchecked (benches): ``rounds.begin()`` before a pair (new input contents),
+        ``rounds.took(side, outputs)`` after each call once the device is synchronized, ``rounds.end()`` after
+        the pair (checks the outputs when the pair was drawn for it; raises ``TimedCheckFailed``, which must
+        propagate), and ``rounds.begin(last=True)`` for the last pair. The evaluator refuses a timing whose
+        last pair went unchecked.
     :return: a ``Timing``. The core's default on CUDA interleaves the two; before each call it flushes L2
         and queues a GPU-side wait (``launch_cover_us`` at first), then records the start event, makes the
         call and records the end event on the calling stream at once, and only then synchronizes; a sample
         the host took longer to queue than the flush and the wait lasted is taken again behind a longer wait,
-        so the events hold the kernels' GPU time and none of the host's; on CPU it returns a Timing with no
-        figures and a note saying why.
+        so the events hold the kernels' GPU time and none of the host's; a candidate whose calls leave work
+        running past their end event (on a stream the calling one does not wait for) raises
+        ``TimedCheckFailed``. On CPU it runs two checked pairs untimed and returns a Timing with no figures
+        and a note saying why.
 
     Stops at first non-None result.
     """

@@ -1,4 +1,8 @@
-"""Scores over results: unbiased pass@k, fast_p@k, geometric-mean speedup, grouped by level. Pure functions."""
+"""Scores over results: unbiased pass@k, fast_p@k, geometric-mean speedup, grouped by level. Pure functions.
+
+fast_p counts a result as faster than p only when its speedup clears p by its noise margin
+(`EvalResult.speedup_margin`: the speedup's measured spread, at least ``SPEEDUP_MARGIN_FLOOR``), so a kernel at
+parity (1.001x) is not fast_1; ``FAST_P_RULE`` says so under the score table."""
 
 from __future__ import annotations
 
@@ -6,9 +10,14 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from kzcore.types import EvalResult
+from kzcore.types import SPEEDUP_MARGIN_FLOOR, EvalResult, speedup_noise_margin
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+FAST_P_RULE = (
+    f"fast_p: correct and speedup > p x (1 + margin), margin = the speedup's spread "
+    f"sqrt(ref_spread^2 + cand_spread^2) (IQR/median of the timed samples), at least {SPEEDUP_MARGIN_FLOOR:.0%}; "
+    "each result's margin is its speedup_margin"
+)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -29,12 +38,21 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _fast(r: EvalResult, p: float) -> bool:
+def speedup_margin(r: EvalResult) -> float:
+    """The relative margin ``r``'s speedup must clear to count as faster: the one recorded with it, else the
+    one its spreads give."""
+    if r.speedup_margin is not None:
+        return r.speedup_margin
+    return speedup_noise_margin(r.ref_spread, r.cand_spread)
+
+
+def is_faster(r: EvalResult, p: float) -> bool:
+    """fast_p's test: ``r`` is correct and, for p > 0, its speedup is above p x (1 + its noise margin)."""
     if not r.correct:
         return False
     if p == 0.0:
         return True
-    return r.speedup is not None and r.speedup > p
+    return r.speedup is not None and r.speedup > p * (1.0 + speedup_margin(r))
 
 
 def degenerate_problems(results: Iterable[EvalResult]) -> dict[tuple[int, str], str]:
@@ -107,6 +125,6 @@ def _summarize_group(per_problem: list[list[EvalResult]], k: int) -> dict:
 
     row["pass@k"] = mean_over_problems(lambda r: r.correct)
     for p in FAST_P:
-        row[f"fast_{p:g}"] = mean_over_problems(lambda r, p=p: _fast(r, p)) if (p == 0.0 or timed) else None
+        row[f"fast_{p:g}"] = mean_over_problems(lambda r, p=p: is_faster(r, p)) if (p == 0.0 or timed) else None
     row["geomean_speedup"] = geomean(r.speedup for rs in per_problem for r in rs if r.correct and r.speedup)
     return row

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kzcore.metrics import FAST_P, summarize
+from kzcore.metrics import FAST_P, FAST_P_RULE, degenerate_problems, summarize
 from kzcore.types import EvalResult, Status
 
 
@@ -20,7 +20,7 @@ def _fmt(value, pct: bool = True) -> str:
 
 def score_table(results: list[EvalResult], k: int = 1, problems=()) -> Table:
     summary = summarize(results, k=k, problems=problems)
-    table = Table(title=f"kzcore scores (pass@{k}, fast_p@{k})")
+    table = Table(title=f"kzcore scores (pass@{k}, fast_p@{k})", caption=FAST_P_RULE)
     for col in ["level", "problems", "samples", "correct", f"pass@{k}", *[f"fast_{p:g}" for p in FAST_P], "geomean"]:
         table.add_column(col, justify="right")
     for level, row in summary.items():
@@ -71,6 +71,25 @@ def failures_table(results: list[EvalResult], limit: int = 20) -> Table | None:
     for r in sorted(bad, key=lambda r: (r.level, r.problem, r.sample))[:limit]:
         table.add_row(f"level{r.level}/{r.problem}", str(r.sample), r.status.value, one_line(r.message or ""))
     return table
+
+
+def degenerate_lines(results: list[EvalResult]) -> list[str]:
+    """One line per problem left out of the scores for failing the problem check: why, at which size and
+    where it ran, and what would count it. On a CPU a problem runs at a shrunk size, where an output can be
+    degenerate that is not at full size (a softmax over a dimension shrunk to one element is constant)."""
+    lines = []
+    for (level, name), reason in sorted(degenerate_problems(results).items()):
+        ran = [r for r in results if (r.level, r.problem) == (level, name)]
+        size = next((r.size for r in ran if r.size), "")
+        device = next((r.device for r in ran if r.device), "")
+        where = f" at size {size}" * bool(size) + f" on {device}" * bool(device)
+        if size and size != "full":
+            todo = "run it at full size on a GPU" if device == "cpu" else "run it at full size (--size full)"
+            todo += ", or pass --include-degenerate to count it"
+        else:
+            todo = "pass --include-degenerate to count it"
+        lines.append(f"level{level}/{name}: left out of the scores, the problem check failed{where}: {reason}; {todo}")
+    return lines
 
 
 def print_report(results: list[EvalResult], k: int = 1, problems=(), console: Console | None = None) -> None:

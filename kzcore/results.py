@@ -1,5 +1,6 @@
 """Results files: JSONL, one run header (what produced the results) per invocation, then one line per
-result, appended and flushed as each finishes so an interrupted run loses nothing and can resume."""
+result, appended and flushed as each finishes so an interrupted run loses nothing and can resume. A result
+judges the code named by its ``code_hash``; a ``stale`` line retracts one whose code has since changed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +26,7 @@ TRACKED_PACKAGES = (
     "cupy-cuda13x",
     "cuda-python",
 )
+STALE = "stale"  # the "type" of a line retracting an earlier result (`ResultsWriter.write_stale`)
 
 
 def package_versions() -> dict[str, str]:
@@ -53,14 +56,25 @@ def run_header(config: EvalConfig, executor_info: dict, plugins: list[str], argv
 
 def read_results(path: Path, *, on_skip: OnSkip | None = None) -> list[EvalResult]:
     """Every result line in ``path`` (headers skipped); a later line for the same key replaces an earlier
-    one. A torn last line (the process was killed mid-write) and malformed lines are skipped and reported
-    through ``on_skip`` (kzcore.jsonl)."""
+    one, and a ``stale`` line (`ResultsWriter.write_stale`) drops the key's earlier result. A torn last line
+    (the process was killed mid-write) and malformed lines are skipped and reported through ``on_skip``
+    (kzcore.jsonl)."""
     by_key: dict[str, EvalResult] = {}
     for row in read_jsonl(path, on_skip=on_skip):
         if row.get("type") == "result":
             result = from_json(EvalResult, row)
             by_key[result.key] = result
+        elif row.get("type") == STALE:
+            by_key.pop(row.get("key"), None)
     return list(by_key.values())
+
+
+def stale_results(saved: Iterable[EvalResult], code_hashes: dict[str, str]) -> list[EvalResult]:
+    """The results of ``saved`` that judged other code than their candidate has now: ``code_hashes`` maps a
+    result key to the `EvalJob.code_hash` of the candidate evaluated now (keys absent from it are not asked
+    about). A result without a hash, from a file written before hashes were recorded, counts as stale:
+    nothing says which code it judged, and evaluating again is the answer that cannot be wrong."""
+    return [r for r in saved if r.key in code_hashes and r.code_hash != code_hashes[r.key]]
 
 
 def read_headers(path: Path, *, on_skip: OnSkip | None = None) -> list[dict]:
@@ -80,6 +94,13 @@ class ResultsWriter:
 
     def write(self, result: EvalResult) -> None:
         self._write({"type": "result", **to_json(result)})
+
+    def write_stale(self, result: EvalResult, code_hash: str) -> None:
+        """Retract ``result``: its candidate's code (or its problem's source) is now ``code_hash``. The line
+        stays in the file beside the verdict it retracts; readers drop that verdict, so a resumed run
+        evaluates the candidate again and the new result takes its place."""
+        row = {"type": STALE, "key": result.key, "status": result.status.value}
+        self._write({**row, "code_hash": result.code_hash, "replaced_by": code_hash})
 
     def _write(self, row: dict) -> None:
         self.file.write(json.dumps(row) + "\n")

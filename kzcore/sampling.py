@@ -35,25 +35,31 @@ def sample_candidates(
     pm=None,
 ) -> list[Candidate]:
     """``params.n`` candidates per problem. Problems whose samples are already in ``out`` are not asked
-    again; new rows are appended and flushed after each batch of ``batch_size`` prompts."""
-    with open_for_append(out) as f:  # a torn last line is cut (and reported) before anything reads the file
-        done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
-        todo = [p for p in problems if (p.level, p.name) not in done]
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            prompts = [build_prompt(p, language, template, pm=pm) for p in batch]
-            for problem, chat, completions in zip(batch, prompts, policy.generate(prompts, params)):
-                for c in completions:
-                    row = {
-                        "problem": problem.name, "level": problem.level, "language": language,
-                        "sample": c.sample_index, "completion": c.text, "finish_reason": c.finish_reason,
-                        "policy": getattr(policy, "name", type(policy).__name__), "template": template,
-                        "prompt_sha": prompt_sha(chat),
-                    }  # fmt: skip
-                    f.write(json.dumps(row) + "\n")
-            f.flush()
-            if on_batch:
-                on_batch(len(batch))
+    again; new rows are appended and flushed after each batch of ``batch_size`` prompts. A file this call
+    created is removed again when it ends empty (interrupted before the first batch came back)."""
+    existed = out.exists()
+    try:
+        with open_for_append(out) as f:  # a torn last line is cut (and reported) before anything reads it
+            done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
+            todo = [p for p in problems if (p.level, p.name) not in done]
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                prompts = [build_prompt(p, language, template, pm=pm) for p in batch]
+                for problem, chat, completions in zip(batch, prompts, policy.generate(prompts, params)):
+                    for c in completions:
+                        row = {
+                            "problem": problem.name, "level": problem.level, "language": language,
+                            "sample": c.sample_index, "completion": c.text, "finish_reason": c.finish_reason,
+                            "policy": getattr(policy, "name", type(policy).__name__), "template": template,
+                            "prompt_sha": prompt_sha(chat),
+                        }  # fmt: skip
+                        f.write(json.dumps(row) + "\n")
+                f.flush()
+                if on_batch:
+                    on_batch(len(batch))
+    finally:
+        if not existed and out.exists() and out.stat().st_size == 0:
+            out.unlink()
     keep = {(p.level, p.name) for p in problems}
     return [
         Candidate(

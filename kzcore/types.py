@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,28 @@ def _positive_or_none(instance, attribute, value):
         raise ValueError(f"{attribute.name} must be positive or None, got {value!r}")
 
 
+def _non_negative_or_none(instance, attribute, value):
+    if value is not None and not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0 or None, got {value!r}")
+
+
+# fast_p counts a speedup as faster than p only above p x (1 + margin): the margin is the spread of the speedup
+# (a ratio of two timings: sqrt(ref_spread^2 + cand_spread^2), each IQR / median of its timed samples), never
+# less than this floor, so parity (1.001x) is not "faster" however quiet the timings were
+SPEEDUP_MARGIN_FLOOR = 0.01
+
+
+def speedup_noise_margin(ref_spread: float | None, cand_spread: float | None) -> float:
+    """The relative margin a speedup with these spreads must clear to count as faster (``SPEEDUP_MARGIN_FLOOR``
+    at least; an unknown spread counts as 0)."""
+    spread = ((ref_spread or 0.0) ** 2 + (cand_spread or 0.0) ** 2) ** 0.5
+    return max(SPEEDUP_MARGIN_FLOOR, spread)
+
+
+def _margin_of(result) -> float | None:
+    return speedup_noise_margin(result.ref_spread, result.cand_spread) if result.speedup is not None else None
+
+
 @attrs.frozen
 class Tolerance:
     """Absolute/relative tolerance for floating outputs. Integer and bool outputs are compared exactly."""
@@ -134,6 +157,7 @@ def _setting(default: Any, help: str, validator: Any = None, **cli: Any) -> Any:
 
 DEVICES = ("auto", "cpu", "cuda")
 INPUT_VARIATIONS = ("none", "scale", "full")
+PRECISIONS = ("tf32", "any")
 
 
 @attrs.frozen
@@ -214,6 +238,21 @@ class EvalConfig:
     implausible_speedup: float = _setting(
         10.0, "re-verify a speedup above this before accepting it (0: off)", attrs.validators.ge(0)
     )
+    # fp32 problems: the candidate's error must be of TF32 class, not bf16's (kzcore/evaluate/precision.py)
+    precision: str = _setting(
+        "tf32", "what an fp32 problem accepts: tf32 (TF32-class error at most) | any (the tolerance alone)",
+        attrs.validators.in_(PRECISIONS), choices=PRECISIONS,
+    )  # fmt: skip
+    # Each timed pair runs on a new draw of the problem's inputs, so no result cache keyed on input values
+    # or pointers can hit (kzcore/timed.py)
+    fresh_timed_inputs: bool = _setting(
+        True, "drawing new input contents for every timed pair (off: one draw per placement)"
+    )
+    # Checked pairs are drawn from the operating system's randomness; the last pair is always checked
+    timed_check_share: float = _setting(
+        0.1, "share of timed pairs whose outputs are checked against the reference's (the last always is)",
+        attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(1)),
+    )  # fmt: skip
     # Cached; a problem whose outputs are ~0, ~constant, input-independent, random or non-finite marks its
     # results `problem_degenerate`
     problem_check: bool = _setting(True, "checking each problem (degenerate outputs) before its candidates")
@@ -241,7 +280,7 @@ class EvalJob:
         return EvalResult(
             problem=cand.problem, level=self.problem.level, language=cand.language, sample=cand.sample,
             status=status, message=message, trials=cfg.trials, tf32=cfg.tf32, atol=cfg.atol, rtol=cfg.rtol,
-            seed=cfg.seed, origin=cand.origin, **fields,
+            seed=cfg.seed, origin=cand.origin, code_hash=self.code_hash, **fields,
         )  # fmt: skip
 
     def failure(self, status: Status, message: str) -> EvalResult:
@@ -252,6 +291,14 @@ class EvalJob:
     def ident(self) -> tuple:
         """Matches the ``ident`` of this job's answer."""
         return (self.candidate.problem, self.candidate.language, self.candidate.sample)
+
+    @property
+    def code_hash(self) -> str:
+        """Names the code this job judges, the problem's source and the candidate's: a saved result whose
+        hash differs judged other code (kzcore.results.stale_results)."""
+        cand = self.candidate
+        code = f"source\0{cand.source}" if cand.source is not None else f"completion\0{cand.completion}"
+        return hashlib.sha256(f"{self.problem.source}\0{code}".encode()).hexdigest()[:16]
 
     def run_in_worker(self, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
         """(answer, poisoned) inside an evaluator worker (kzcore.executors.worker)."""
@@ -298,6 +345,7 @@ class ProblemReport:
     stats: dict[str, float] = attrs.field(factory=dict)
     seconds: float = 0.0
     size: str = ""
+    note: str = ""  # a check that could not run and was skipped (the verdict stands without it)
 
     @property
     def ok(self) -> bool:
@@ -358,6 +406,11 @@ class EvalResult:
     speedup: float | None = attrs.field(default=None, validator=_positive_or_none)
     ref_spread: float | None = None
     cand_spread: float | None = None
+    # the margin fast_p used for this speedup (speedup_noise_margin of the spreads above; None when untimed):
+    # faster than p only above p x (1 + speedup_margin). Results files without it get it from their spreads
+    speedup_margin: float | None = attrs.field(
+        default=attrs.Factory(_margin_of, takes_self=True), validator=_non_negative_or_none
+    )
     timing_reps: int = 0
     timing_note: str = ""
     # per timed placement of the inputs (EvalConfig.timing_placements), [reference ms, candidate ms]: the
@@ -375,9 +428,15 @@ class EvalResult:
     origin: str = ""
     second_shape: str = ""  # the KZ_SIZES profile of the passed second-shape trial ("" when none ran)
     reverified: bool = False  # an implausible speedup passed re-verification (EvalConfig.implausible_speedup)
+    timed_checks: int = 0  # timed pairs whose outputs were checked (EvalConfig.timed_check_share)
+    # the first trial's relative L2 error, and the reference's own with TF32-rounded operands where it was
+    # measured (EvalConfig.precision: kzcore/evaluate/precision.py)
+    rel_l2_err: float | None = None
+    tf32_l2_err: float | None = None
     # why the problem itself failed kz eval's problem check ("" when it passed or was not checked): results
     # on it are left out of pass@k / fast_p unless asked for (metrics.summarize(include_degenerate=True))
     problem_degenerate: str = ""
+    code_hash: str = ""  # EvalJob.code_hash of the job it answers ("" in files written before it was recorded)
     schema: int = SCHEMA
 
     @property

@@ -274,18 +274,33 @@ REJECT_ALL_OUTPUTS = RejectAllOutputs()
 
 
 class FixedTimer:
-    """Calls each side once (they must be runnable callables) and reports fixed figures."""
+    """Runs one pair through the rounds (the last, so checked) and reports fixed figures."""
 
     @hookimpl
-    def kz_time_candidate(self, device, reference, candidate, config):
-        reference()
-        candidate()
+    def kz_time_candidate(self, device, reference, candidate, config, rounds):
+        rounds.begin(last=True)
+        rounds.took("reference", reference())
+        rounds.took("candidate", candidate())
+        rounds.end()
         return Timing(
             ref_ms=2.0, cand_ms=0.5, ref_spread=0.01, cand_spread=0.02, reps=7, note=f"fixed timer on {device}"
         )
 
 
 FIXED_TIMER = FixedTimer()
+
+
+class UncheckedTimer:
+    """A timer plugin that ignores the rounds: calls each side once and reports figures, checking nothing."""
+
+    @hookimpl
+    def kz_time_candidate(self, device, reference, candidate, config):
+        reference()
+        candidate()
+        return Timing(ref_ms=2.0, cand_ms=0.5, reps=1, note="unchecked timer")
+
+
+UNCHECKED_TIMER = UncheckedTimer()
 
 
 class ResultRecorder:

@@ -211,7 +211,8 @@ def test_work_done_in_cublas_behind_a_pre_run_hook_is_hack_suspected(plugins, tm
     cand = _candidate("prerun_hook_matmul", problem="19_Matmul")
     (result,) = evaluate(problems, [cand], EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
     assert result.status is Status.HACK_SUSPECTED, result.message
-    assert "not the candidate's own" in result.message
+    # the op guard stays on in launch callbacks; the GPU-work profile would refuse it next
+    assert "aten.mm" in result.message or "not the candidate's own" in result.message
 
 
 # -- timing fidelity and work left on side streams (issue 17 section 1) -------------------------------------------

@@ -3,16 +3,57 @@ foreign. The profiling itself needs a GPU (tests/test_gpu.py); attribution and v
 
 from __future__ import annotations
 
-from kzcore.evaluate.gpuwork import classify
+import pytest
+
+from kzcore.evaluate.gpuwork import classify, kernel_identifier
 
 CUBLAS = "nvjet_tst_128x256_64x4_2x1_v_bz_coopB_NNN"
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
 
 
-def test_own_kernels_are_matched_by_name_inside_a_mangled_name():
-    work = classify([("_Z11relu_kernelPKfPfi", 50.0), ("relu_kernel", 30.0)], ["relu_kernel"])
-    assert work.own_us == 80.0 and not work.foreign
+def test_own_kernels_are_matched_by_their_identifier_plain_mangled_or_demangled():
+    work = classify(
+        [("_Z11relu_kernelPKfPfi", 50.0), ("relu_kernel", 30.0), ("void relu_kernel<128>(float const*, int)", 5.0)],
+        ["relu_kernel"],
+    )
+    assert work.own_us == 85.0 and not work.foreign
     assert work.verdict() is None
+
+
+@pytest.mark.parametrize(
+    ("name", "identifier"),
+    [
+        ("add_kernel", "add_kernel"),
+        ("_ZN2ns6kernelEv", "ns::kernel"),
+        ("void my_kernel<128>(float const*, float*, int)", "my_kernel"),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)",
+            "at::native::{anonymous}::cunn_SoftMaxForward",
+        ),
+        ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>(Params)", "cutlass::Kernel2"),
+    ],
+)
+def test_kernel_identifier(name, identifier):
+    assert kernel_identifier(name) == identifier
+
+
+def test_a_library_kernel_is_not_claimed_by_a_name_that_is_part_of_its_own():
+    """The candidate names its kernels after pieces of library kernels' names: none of those kernels is its."""
+    softmax = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)"
+    for own in ("cunn_SoftMaxForward", "SoftMax", "e", "void", "at"):
+        work = classify([(own if own != "void" else "x", 1.0), (softmax, 500.0)], [own])
+        assert softmax in work.foreign, own
+        assert work.verdict() is not None
+
+
+def test_kernels_beyond_the_counted_launches_are_foreign_even_when_named_as_the_candidates():
+    """A candidate kernel named exactly like a library kernel, launched once: the profile shows two kernels of
+    that name, the launch counter one, so the longer one is someone else's."""
+    named = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n"
+    work = classify([(named, 2.0), (named, 800.0)], [named], own_launches=1)
+    assert work.own_us == 2.0 and work.foreign_us == 800.0
+    assert work.verdict() is not None
+    assert classify([(named, 2.0), (named, 800.0)], [named], own_launches=2).verdict() is None
 
 
 def test_fills_and_copies_are_housekeeping_not_foreign():

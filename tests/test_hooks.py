@@ -296,13 +296,20 @@ def test_kz_check_outputs(plugins, relu, tmp_path):
 @pytest.mark.slow
 def test_kz_time_candidate(plugins, relu, tmp_path):
     # The CPU default measures nothing, so any figures in the result come from the fake.
-    default = default_timing.kz_time_candidate(device="cpu", reference=None, candidate=None, config=CFG)
+    default = default_timing.kz_time_candidate(device="cpu", reference=None, candidate=None, config=CFG, rounds=None)
     assert default.speedup is None
     pm = plugins("kz_pylang", f"{FAKES}:FIXED_TIMER")
     r = run(pm, relu, [py_candidate(0, PY_RELU)], tmp_path)[0]
     assert r.status is Status.CORRECT, r.message
     assert (r.ref_ms, r.cand_ms, r.speedup, r.timing_reps) == (2.0, 0.5, 4.0, 7)
     assert (r.ref_spread, r.cand_spread, r.timing_note) == (0.01, 0.02, "fixed timer on cpu")
+    assert r.timed_checks == 1
+    # A timer that leaves the rounds alone checks no timed output: its figures are refused, with a message
+    pm = plugins("kz_pylang", f"{FAKES}:UNCHECKED_TIMER")
+    (tmp_path / "unchecked").mkdir()
+    r = run(pm, relu, [py_candidate(0, PY_RELU)], tmp_path / "unchecked")[0]
+    assert r.status is Status.RUNTIME_ERROR and r.speedup is None
+    assert "did not check its last timed pair" in r.message
 
 
 @pytest.mark.slow
@@ -395,21 +402,27 @@ def test_kz_fast_generate(plugins, tmp_path, monkeypatch):
 
         fast_ok = True
 
-        def __init__(self, model, reward_funcs, args, train_dataset):
+        def __init__(self, model, reward_funcs, args, train_dataset, callbacks=()):
             self.model = SimpleNamespace(generate=lambda **kwargs: "slow", fast_ok=FakeGRPOTrainer.fast_ok)
-            self.state = SimpleNamespace(global_step=1, log_history=[])
+            self.args, self.state = args, SimpleNamespace(global_step=1, log_history=[])
             self.processing_class = SimpleNamespace(save_pretrained=lambda path: None)
 
-        def train(self):
+        def add_callback(self, callback):
+            """run_grpo adds its checkpoint callback here; the fake never calls it."""
+
+        def is_world_process_zero(self):
+            return True
+
+        def train(self, resume_from_checkpoint=None):
             seen.append(self.model.generate(input_ids=None))
 
         def save_model(self, path):
             """run_grpo saves the phase's model here; the fake has no weights to write."""
 
     monkeypatch.setattr(trl, "GRPOTrainer", FakeGRPOTrainer)
-    coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
+    coder.run_grpo("model", [], [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
     FakeGRPOTrainer.fast_ok = False  # the plugin declines this model: transformers' generate stays
-    coder.run_grpo("model", None, [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
+    coder.run_grpo("model", [], [], coder.GRPOSettings(use_cpu=True), tmp_path, pm=pm)
     assert seen == [("fast", "slow"), "slow"]
     # the plugin got the model and the core's generate (which wraps the model's own)
     assert [model.fast_ok for model, _ in fake.offered] == [True, False]
@@ -502,7 +515,7 @@ def test_hooks_doc_matches_hookspecs():
     # the generator writes signatures exactly as hookspecs.py spells them
     assert (
         "def kz_time_candidate(device: str, reference: Callable[[], Any], candidate: Callable[[], Any], "
-        "config: EvalConfig) -> Timing | None\n```\n\nfirstresult: yes" in text
+        "config: EvalConfig, rounds: TimedRounds | None) -> Timing | None\n```\n\nfirstresult: yes" in text
     )
     assert "def kz_result_filed(result: EvalResult) -> None\n```\n\nfirstresult: no" in text
     for banner in ("## registration", "## kernel pipeline", "## prompting", "## trainer lifecycle"):

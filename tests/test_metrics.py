@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kzcore.metrics import FAST_P, geomean, pass_at_k, summarize
-from kzcore.types import EvalResult, Status
+from kzcore.metrics import FAST_P, FAST_P_RULE, geomean, is_faster, pass_at_k, summarize
+from kzcore.types import SPEEDUP_MARGIN_FLOOR, EvalResult, Status
 
 
 def result(
@@ -97,6 +98,70 @@ def test_fast_p_counts_correct_and_strictly_faster():
     assert row["fast_2"] == 0.0
     assert row["geomean_speedup"] == pytest.approx((1.2 * 0.7 * 1.0) ** (1 / 3))
     assert {f"fast_{p:g}" for p in FAST_P} <= set(row)
+
+
+def timed(problem: str, speedup: float, spread: float) -> EvalResult:
+    """A correct, timed result whose reference and candidate timings both have relative spread ``spread``."""
+    return EvalResult(
+        problem=problem, level=1, language="triton", sample=0, status=Status.CORRECT, speedup=speedup,
+        ref_spread=spread, cand_spread=spread,
+    )  # fmt: skip
+
+
+def test_parity_is_not_faster_however_quiet_the_timings_a_clear_win_is():
+    parity, win = timed("a", 1.001, 0.005), timed("b", 1.2, 0.005)
+    # a 0.5 % spread on each side is 0.71 % on their ratio, under the floor: the floor is the margin
+    assert parity.speedup_margin == win.speedup_margin == SPEEDUP_MARGIN_FLOOR == 0.01
+    assert not is_faster(parity, 1.0) and is_faster(win, 1.0)
+    row = summarize([parity, win])["all"]
+    assert row["fast_1"] == pytest.approx(1 / 2) and row["fast_0.8"] == pytest.approx(1.0)
+
+
+def test_the_margin_is_the_speedups_measured_spread_when_above_the_floor():
+    noisy = timed("a", 1.05, 0.04)
+    assert noisy.speedup_margin == pytest.approx(0.04 * math.sqrt(2))  # spreads of a ratio add in quadrature
+    assert not is_faster(noisy, 1.0) and is_faster(noisy, 0.8)  # 1.05 < 1.0566; 1.05 > 0.8 x 1.0566
+    assert is_faster(timed("b", 1.06, 0.04), 1.0)
+    assert summarize([noisy])["all"]["fast_1"] == 0.0
+
+
+def test_the_margin_is_in_every_results_row_and_old_rows_get_it_from_their_spreads(tmp_path):
+    from kzcore.results import ResultsWriter, read_results
+    from kzcore.types import to_json
+
+    assert result("untimed").speedup_margin is None
+    out = tmp_path / "r.jsonl"
+    writer = ResultsWriter(out)
+    writer.write(timed("a", 1.2, 0.03))
+    writer.close()
+    (row,) = [json.loads(line) for line in out.read_text().splitlines() if '"problem"' in line]
+    assert row["speedup_margin"] == pytest.approx(0.03 * math.sqrt(2))
+    old = {"type": "result", **to_json(timed("b", 1.02, 0.002))}
+    del old["speedup_margin"]
+    out.write_text(out.read_text() + json.dumps(old) + "\n")  # a row written before the field existed
+    by = {r.problem: r for r in read_results(out)}
+    assert by["a"].speedup_margin == pytest.approx(0.03 * math.sqrt(2))
+    assert by["b"].speedup_margin == SPEEDUP_MARGIN_FLOOR and is_faster(by["b"], 1.0)
+
+
+def test_distillation_keeps_as_faster_only_what_fast_1_counts():
+    from kzcore.train.distill import keep
+
+    assert keep(timed("a", 1.2, 0.005), only_faster=True)
+    assert not keep(timed("b", 1.001, 0.005), only_faster=True) and keep(timed("b", 1.001, 0.005), only_faster=False)
+
+
+def test_the_score_table_says_which_fast_p_rule_it_used():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kzcore.report import score_table
+
+    console = Console(file=StringIO(), width=400)
+    console.print(score_table([timed("a", 1.2, 0.005)]))
+    text = " ".join(console.file.getvalue().split())
+    assert FAST_P_RULE in text and "at least 1%" in text
 
 
 def test_fast_0_is_the_correct_rate_and_other_fast_p_are_none_when_untimed():

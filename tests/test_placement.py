@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from kzcore import hookimpl
+from kzcore.evaluate.pipeline import Evaluation as TimingStage
 from kzcore.evaluate.placement import MIB, Placements, per_placement, placement_count, placements_for
-from kzcore.evaluate.timing import Timing as TimingStage
 from kzcore.evaluate.timing import combine
 from kzcore.plugins import new_plugin_manager
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Timing
+from tests.fakes_inputs import pairs_through
 
 SHIFT_MIB = 1 / 64  # 16 KiB: a multiple of every element size, small enough for a CPU test
 
@@ -119,9 +120,8 @@ class PlacementTimer:
         self.calls = []
 
     @hookimpl
-    def kz_time_candidate(self, device, reference, candidate, config):
-        reference()
-        candidate()
+    def kz_time_candidate(self, device, reference, candidate, config, rounds):
+        pairs_through(rounds, reference, candidate, 1)
         self.calls.append(config)
         cand_ms = 0.4 if len(self.calls) % 2 else 0.6
         return Timing(ref_ms=1.0, cand_ms=cand_ms, reps=config.reps)
@@ -143,13 +143,15 @@ def test_the_timing_stage_times_each_placement_and_keeps_their_mean(tmp_path):
     timer = PlacementTimer()
     pm = new_plugin_manager(load_entry_points=False)
     pm.register(timer)
-    config = EvalConfig(device="cuda", timing_placements=4, placement_shift_mib=SHIFT_MIB, reps=100)
+    config = EvalConfig(
+        device="cuda", timing_placements=4, placement_shift_mib=SHIFT_MIB, reps=100, fresh_timed_inputs=False
+    )
     problem = Problem(name="p", level=1, source="", path=None)
     job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
     stage = TimingStage(job, pm, tmp_path, "cuda")
     reference, candidate = Seen(), Seen()
     x = torch.randn(256, 64)
-    stage.timing(reference, candidate, ([x.clone(), 2.0], [x.clone(), 2.0]), None)
+    stage.timing(None, reference, candidate, ([x.clone(), 2.0], [x.clone(), 2.0]))
     assert [c.reps for c in timer.calls] == [25] * 4
     assert len(set(candidate.addresses)) == 4 and len(set(reference.addresses)) == 4
     assert stage.fields["cand_ms"] == pytest.approx(0.5) and stage.fields["timing_reps"] == 100
@@ -158,7 +160,7 @@ def test_the_timing_stage_times_each_placement_and_keeps_their_mean(tmp_path):
     one = attrs.evolve(config, timing_placements=1)
     timer.calls.clear()
     TimingStage(attrs.evolve(job, config=one), pm, tmp_path, "cuda").timing(
-        reference, candidate, ([x, 2.0], [x, 2.0]), None
+        None, reference, candidate, ([x, 2.0], [x, 2.0])
     )
     assert [c.reps for c in timer.calls] == [100]
 
@@ -168,7 +170,8 @@ def test_no_placements_on_a_cpu(tmp_path):
     pm = new_plugin_manager(load_entry_points=False)
     pm.register(timer)
     problem = Problem(name="p", level=1, source="", path=None)
-    job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), EvalConfig())
+    config = EvalConfig(fresh_timed_inputs=False)
+    job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
     x = torch.randn(8, 8)
-    TimingStage(job, pm, tmp_path, "cpu").timing(Seen(), Seen(), ([x, 1.0], [x, 1.0]), None)
+    TimingStage(job, pm, tmp_path, "cpu").timing(None, Seen(), Seen(), ([x, 1.0], [x, 1.0]))
     assert len(timer.calls) == 1

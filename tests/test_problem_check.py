@@ -33,7 +33,8 @@ def module(forward: str, extra_init: str = "", tail: str = TAIL) -> str:
 CASES = {
     "good": (module("return torch.tanh(x) * 3"), None),
     "zeros": (module("return x * 0"), "~0"),
-    "small": (module("return x * 2e-3"), "zeros output is within tolerance"),
+    # every element within atol, so zeros pass elementwise, but not the relative-error check candidates face
+    "small": (module("return x * 2e-3"), None),
     "constant": (module("return x * 1e-4 + 5.0"), "constant"),
     "input_independent": (
         module("return self.w * 1.0", extra_init="self.w = nn.Parameter(torch.randn(8, 16))"),
@@ -64,7 +65,7 @@ def test_problem_verdicts(reports, name):
     expected = CASES[name][1]
     if expected is None:
         assert report.ok, report.reason
-        assert report.stats["output mean_abs"] > 0.1
+        assert report.stats["output mean_abs"] > 1e-3
     else:
         assert not report.ok
         assert expected in report.reason, report.reason

@@ -25,14 +25,25 @@ from kzcore.types import EvalConfig
 
 
 def fake_timer(noise: float, seed: int = 0):
+    """A ``pair(reference_first, last)`` as `interleaved` takes it, from two callables' fixed times and noise;
+    ``calls`` records the callables in order, and ``lasts`` the pairs flagged last."""
     rng = random.Random(seed)
-    calls = []
+    calls, lasts = [], []
 
     def timed(fn) -> float:
         calls.append(fn)
         return fn() * (1 + rng.uniform(-noise, noise))
 
-    return timed, calls
+    def pair(reference_first: bool, last: bool) -> tuple[float, float]:
+        lasts.append(last)
+        if reference_first:
+            r = timed(ref)
+            return r, timed(cand)
+        c = timed(cand)
+        return timed(ref), c
+
+    pair.calls, pair.lasts = calls, lasts
+    return pair, calls
 
 
 def ref():
@@ -45,29 +56,31 @@ def cand():
 
 def test_steady_timings_stop_at_the_minimum_with_a_note():
     timed, calls = fake_timer(noise=0.001)
-    ref_ms, cand_ms, note = interleaved(timed, ref, cand, 100, EvalConfig(min_reps=30, timing_precision=0.004))
+    ref_ms, cand_ms, note = interleaved(timed, 100, EvalConfig(min_reps=30, timing_precision=0.004))
     assert len(ref_ms) == len(cand_ms) == 30
     assert note == "stopped at 30 reps: medians within 0.4%"
     # order alternates: reference first on even pairs, candidate first on odd ones
     assert calls[:4] == [ref, cand, cand, ref]
+    # the last pair, and only it, is flagged last (the rounds always check it)
+    assert timed.lasts == [False] * 29 + [True]
 
 
 def test_noisy_timings_run_every_rep():
     timed, _ = fake_timer(noise=0.5)
-    ref_ms, cand_ms, note = interleaved(timed, ref, cand, 100, EvalConfig(min_reps=30, timing_precision=0.004))
+    ref_ms, cand_ms, note = interleaved(timed, 100, EvalConfig(min_reps=30, timing_precision=0.004))
     assert len(ref_ms) == 100 and note == ""
     assert median_rel_error(ref_ms) > 0.004
 
 
 def test_precision_zero_always_runs_all_reps():
     timed, _ = fake_timer(noise=0.0)
-    ref_ms, _, note = interleaved(timed, ref, cand, 100, EvalConfig(timing_precision=0.0))
+    ref_ms, _, note = interleaved(timed, 100, EvalConfig(timing_precision=0.0))
     assert len(ref_ms) == 100 and note == ""
 
 
 def test_fewer_reps_than_the_minimum_are_all_run():
     timed, _ = fake_timer(noise=0.0)
-    ref_ms, _, _ = interleaved(timed, ref, cand, 12, EvalConfig(min_reps=30))
+    ref_ms, _, _ = interleaved(timed, 12, EvalConfig(min_reps=30))
     assert len(ref_ms) == 12
 
 

@@ -9,6 +9,7 @@ import time
 import attrs
 
 from kzcore import hookimpl
+from kzcore.errors import TimedCheckFailed
 from kzcore.types import Timing
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H200: 60 MB)
@@ -32,25 +33,28 @@ def median_rel_error(samples: list[float]) -> float:
     return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / max(med, 1e-9)
 
 
-def interleaved(timed, reference, candidate, reps: int, config) -> tuple[list[float], list[float], str]:
-    """Up to ``reps`` timed (reference, candidate) pairs, alternating which goes first so neither always
-    runs on a warmer GPU; stops early (after ``config.min_reps``, checked every 10 pairs) once both medians'
-    relative standard errors are within ``config.timing_precision``."""
+def interleaved(pair, reps: int, config) -> tuple[list[float], list[float], str]:
+    """Up to ``reps`` timed (reference, candidate) pairs, alternating which goes first so neither always runs
+    on a warmer GPU; stops early (after ``config.min_reps``, checked every 10 pairs) once both medians'
+    relative standard errors are within ``config.timing_precision``; then one more pair, the last, which the
+    rounds always check. ``pair(reference_first, last)`` runs one pair and returns its two samples."""
     ref_ms: list[float] = []
     cand_ms: list[float] = []
     min_reps = min(reps, config.min_reps)
-    for i in range(reps):
-        if i % 2 == 0:
-            ref_ms.append(timed(reference))
-            cand_ms.append(timed(candidate))
-        else:
-            cand_ms.append(timed(candidate))
-            ref_ms.append(timed(reference))
-        n = i + 1
+    note = ""
+    for i in range(max(reps - 1, 0)):
+        r, c = pair(i % 2 == 0, False)
+        ref_ms.append(r)
+        cand_ms.append(c)
+        n = i + 2  # pairs with the last one still to come
         if config.timing_precision and n >= min_reps and n % 10 == 0 and n < reps:
             if max(median_rel_error(ref_ms), median_rel_error(cand_ms)) <= config.timing_precision:
-                return ref_ms, cand_ms, f"stopped at {n} reps: medians within {config.timing_precision:.1%}"
-    return ref_ms, cand_ms, ""
+                note = f"stopped at {n} reps: medians within {config.timing_precision:.1%}"
+                break
+    r, c = pair(len(ref_ms) % 2 == 0, True)
+    ref_ms.append(r)
+    cand_ms.append(c)
+    return ref_ms, cand_ms, note
 
 
 @functools.cache
@@ -173,21 +177,46 @@ def settle_note(waited_ms: float, flushes: int, slowest: float, quickest: float,
     )
 
 
-def time_cuda(reference, candidate, config) -> Timing:
+SPILL_MIN_US = 25.0  # a candidate's calls may end this much later than the reference's after their end event
+SPILL_SHARE = 0.10  # ... or this share of its own time, whichever is larger
+
+
+def spill_verdict(spills: dict[str, list[float]], cand_ms: float) -> str:
+    """A message when the candidate's calls left GPU work running past their end event: once the calling
+    stream has reached the end event, a device-wide synchronize waits only for work on other streams, so its
+    host time (``spills``, us per call and side) holds work on a stream the calling stream does not wait for,
+    which the events never saw. The reference's times are the call's own cost; "" when the candidate's median
+    is within ``SPILL_MIN_US`` (or ``SPILL_SHARE`` of its time) of the reference's."""
+    if not spills.get("reference") or not spills.get("candidate"):
+        return ""
+    ref, cand = statistics.median(spills["reference"]), statistics.median(spills["candidate"])
+    if cand <= ref + max(SPILL_MIN_US, SPILL_SHARE * cand_ms * 1000):
+        return ""
+    return (
+        f"the candidate's timed calls left GPU work running after their end event (median {cand:.0f} us past it, "
+        f"the reference's {ref:.0f} us): work on a stream the calling stream does not wait for is not in the "
+        "timing; join side streams before returning (torch.cuda.current_stream().wait_stream(s))"
+    )
+
+
+def time_cuda(reference, candidate, config, rounds=None) -> Timing:
     """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait (``launch_cover_us`` at
     first), then the start event, the call and the end event, queued back to back on the current stream and
     only then waited for. The host's queueing of the call hides behind the flush and the wait, as the first
     launch does in triton's do_bench, and every sample checks that it did (`LaunchCover`): a call the host took
-    longer to queue than the GPU waited is taken again behind a longer wait. So the events hold the kernels'
-    GPU time, launches and the gaps between a forward's kernels excluded, as under CUDA-graph replay, whatever
-    the host's speed. Work the call leaves running on another stream is outside the events: the GPU-work stage
-    refuses it. With ``settle_ms`` > 0 it first flushes L2 until the flushes take their quiet time again (`settle`)."""
+    longer to queue than the GPU waited is taken again behind a longer wait. So the events hold the kernels' GPU
+    time, launches and the gaps between a forward's kernels excluded, as under CUDA-graph replay, whatever the
+    host's speed. After each call the end event is waited for, then the whole device: work the call left running
+    on another stream shows as a wait in the second (`spill_verdict`). Pairs go through ``rounds``
+    (`kzcore.timed.TimedRounds`: new inputs, checked outputs) when given. With ``settle_ms`` > 0 it first
+    flushes L2 until the flushes take their quiet time again (`settle`)."""
     import torch
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda") if config.flush_l2 else None
     lead, flushed, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
     rate = spin_cycles_per_us() if config.launch_cover_us > 0 else 0.0
-    covers = {}
+    covers: dict = {}
+    spills: dict[str, list[float]] = {"reference": [], "candidate": []}
 
     def flush_l2() -> None:  # between the lead and flushed events: their gap is the flush's GPU time
         lead.record()
@@ -195,7 +224,7 @@ def time_cuda(reference, candidate, config) -> Timing:
             flush.zero_()
         flushed.record()
 
-    def timed(fn) -> float:
+    def timed(fn, side: str) -> float:
         cover = covers.setdefault(id(fn), LaunchCover(config.launch_cover_us))
         while True:
             t0 = time.perf_counter()
@@ -203,18 +232,39 @@ def time_cuda(reference, candidate, config) -> Timing:
             if cover.requested_us > 0 and rate:
                 torch.cuda._sleep(cover.cycles(rate))
             start.record()
-            fn()
+            out = fn()
             end.record()  # queued late, it would stretch the sample by the delay: so it counts as the host's too
             host_us = (time.perf_counter() - t0) * 1e6
+            end.synchronize()
+            t1 = time.perf_counter()
             torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
+            spill_us = (time.perf_counter() - t1) * 1e6
             flush_us, wait_us = lead.elapsed_time(flushed) * 1000, flushed.elapsed_time(start) * 1000
             if cover.covered(host_us, flush_us + wait_us):
-                return start.elapsed_time(end)
+                break
             if cover.raise_for(host_us, flush_us, wait_us):
                 cover.retaken += 1
+                del out
                 continue
             cover.uncovered += 1
-            return start.elapsed_time(end)
+            break
+        spills[side].append(spill_us)
+        if rounds is not None:
+            rounds.took(side, out)
+        return start.elapsed_time(end)
+
+    def pair(reference_first: bool, last: bool) -> tuple[float, float]:
+        if rounds is not None:
+            rounds.begin(last=last)
+        if reference_first:
+            r = timed(reference, "reference")
+            c = timed(candidate, "candidate")
+        else:
+            c = timed(candidate, "candidate")
+            r = timed(reference, "reference")
+        if rounds is not None:
+            rounds.end()
+        return r, c
 
     for _ in range(config.warmup):
         reference()
@@ -230,12 +280,16 @@ def time_cuda(reference, candidate, config) -> Timing:
 
         waited = settle(flush_us, config.settle_ms, torch.cuda.current_device())
         quiet_note = settle_note(*waited, config.settle_ms)
-    probe = timed(reference) + timed(candidate)
+    t0 = time.perf_counter()
+    probe = max(sum(pair(True, False)), (time.perf_counter() - t0) * 1000)  # new inputs and checks included
     reps, note = config.reps, ""
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
         note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
-    ref_ms, cand_ms, stop_note = interleaved(timed, reference, candidate, reps, config)
+    ref_ms, cand_ms, stop_note = interleaved(pair, reps, config)
+    spilled = spill_verdict(spills, statistics.median(cand_ms))
+    if spilled and reference is not candidate:
+        raise TimedCheckFailed(spilled)
     ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
     if ref_cover is cand_cover:  # one callable timed against itself (the identity check)
         cover_notes = (ref_cover.summary("reference and candidate"),)
@@ -252,8 +306,22 @@ def time_cuda(reference, candidate, config) -> Timing:
     )
 
 
+CPU_PAIRS = 2  # checked pairs run untimed on a CPU, so the timed path's checks hold there too
+
+
+def untimed_pairs(reference, candidate, rounds) -> None:
+    """On a CPU: the timed path's pairs without the timing, each checked (the last as the last)."""
+    for i in range(CPU_PAIRS):
+        rounds.begin(last=i == CPU_PAIRS - 1, check=True)
+        rounds.took("reference", reference())
+        rounds.took("candidate", candidate())
+        rounds.end()
+
+
 @hookimpl(trylast=True)
-def kz_time_candidate(device, reference, candidate, config):
+def kz_time_candidate(device, reference, candidate, config, rounds):
     if device == "cuda":
-        return time_cuda(reference, candidate, config)
+        return time_cuda(reference, candidate, config, rounds)
+    if rounds is not None:
+        untimed_pairs(reference, candidate, rounds)
     return Timing(note=CPU_NOTE)

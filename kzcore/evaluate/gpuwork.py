@@ -1,8 +1,14 @@
 """Whose kernels did the GPU work? One forward runs under the torch profiler; each GPU kernel it ran is
-attributed to the candidate (its name contains one of the candidate's kernel names, ``kz_kernel_names``),
-to memory housekeeping (fills, copies, memsets: what allocation and ``.contiguous()`` do), or to someone
-else (ATen, cuBLAS, cuDNN, CuPy, ...). A forward whose GPU time is mostly someone else's did not do the
-work itself, whatever route it took around the dispatch guard."""
+attributed to the candidate, to memory housekeeping (fills, copies, memsets: what allocation and
+``.contiguous()`` do), or to someone else (ATen, cuBLAS, cuDNN, CuPy, ...). A forward whose GPU time is mostly
+someone else's did not do the work itself, whatever route it took around the dispatch guard.
+
+A kernel is the candidate's by origin, not by a likeness of names: its traced name, reduced to the kernel's
+qualified identifier (no return type, template arguments or parameter list: `kernel_identifier`), must equal
+one of the candidate's kernel names (``kz_kernel_names``) exactly, and no more such kernels count as its own
+than its launch counter saw launches during the profiled forward. So a kernel named like a part of a
+library's (``gemm``, ``softmax``, ``e``) claims nothing, and a library kernel whose name the candidate copied
+for one of its own is still counted as foreign beyond the candidate's own launches."""
 
 from __future__ import annotations
 
@@ -47,18 +53,59 @@ def _short(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
-def classify(kernels: list[tuple[str, float]], own_names: list[str]) -> GpuWork:
-    """Attribute (kernel name, microseconds) pairs."""
-    own = housekeeping = 0.0
+def _demangled(name: str) -> str:
+    """The qualified name in an Itanium-mangled symbol (``_Z11relu_kernelPKfPfi`` -> ``relu_kernel``,
+    ``_ZN2ns6kernelEv`` -> ``ns::kernel``); other names unchanged."""
+    if not name.startswith("_Z"):
+        return name
+    rest, parts = name[2:], []
+    nested = rest.startswith("N")
+    rest = rest[1:] if nested else rest
+    while rest and rest[0].isdigit():
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        length = int(rest[:digits])
+        parts.append(rest[digits : digits + length])
+        rest = rest[digits + length :]
+        if not nested:
+            break
+    return "::".join(parts) if parts else name
+
+
+def kernel_identifier(name: str) -> str:
+    """A traced kernel name reduced to its qualified identifier: ``void ns::k<128>(float*, int)`` -> ``ns::k``,
+    a mangled ``_Z...`` symbol likewise; a plain name (Triton's, an ``extern "C"`` kernel's) stays as it is."""
+    name = _demangled(name.strip()).replace("(anonymous namespace)", "{anonymous}")
+    cut = len(name)
+    for mark in ("(", "<"):
+        at = name.find(mark)
+        if at > 0:
+            cut = min(cut, at)
+    head = name[:cut].strip()
+    return head.rsplit(" ", 1)[-1] if " " in head else head
+
+
+def classify(kernels: list[tuple[str, float]], own_names: list[str], own_launches: int | None = None) -> GpuWork:
+    """Attribute (kernel name, microseconds) pairs. ``own_launches``: how many launches the candidate's
+    instrumentation counted in the profiled forward (None: no count); beyond it, kernels with the candidate's
+    names are someone else's (the longest of them, to be safe)."""
+    names = {n for n in own_names if n}
+    own_events: list[tuple[str, float]] = []
+    housekeeping = 0.0
     foreign: dict[str, float] = {}
     for name, us in kernels:
-        if any(n and n in name for n in own_names):
-            own += us
+        if kernel_identifier(name) in names:
+            own_events.append((name, us))
         elif any(part in name.lower() for part in HOUSEKEEPING):
             housekeeping += us
         else:
             foreign[name] = foreign.get(name, 0.0) + us
-    return GpuWork(own, housekeeping, foreign)
+    if own_launches is not None and len(own_events) > own_launches:
+        own_events.sort(key=lambda e: e[1])
+        for name, us in own_events[own_launches:]:
+            key = f"{name} (beyond the candidate's {own_launches} launch(es))"
+            foreign[key] = foreign.get(key, 0.0) + us
+        own_events = own_events[:own_launches]
+    return GpuWork(sum(us for _, us in own_events), housekeeping, foreign)
 
 
 MARKER = "spin_kernel"  # the kernel of torch.cuda._sleep: queued on the calling stream once the forward returns

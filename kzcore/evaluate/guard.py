@@ -4,7 +4,9 @@ fills every uninitialised allocation the forward makes with NaN (integers: their
 left partly unwritten never shows stale memory that happens to hold the right answer.
 
 Language plugins call `suspended()` around their kernel launches (the Triton interpreter itself runs
-torch ops on the host; those are the kernel's, not the forward's)."""
+torch ops on the host; those are the kernel's, not the forward's), and `guarded()` around any code of the
+candidate's that runs inside a launch (a grid function, pre-run and launch hooks): that code is the forward's,
+and the guard records what it runs."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ ALLOWED_OPS = frozenset(
 UNINITIALISED = frozenset("empty empty_like empty_strided empty_permuted new_empty new_empty_strided".split())
 
 _depth = 0  # >0 while a candidate kernel launch is in progress
+_active: list = []  # the recorder of the forward in progress (empty outside one)
 
 
 @contextlib.contextmanager
@@ -41,6 +44,37 @@ def suspended():
         _depth -= 1
 
 
+@contextlib.contextmanager
+def resumed():
+    """Inside `suspended()`: record again, with the forward's own recorder, for the length of the block (the
+    candidate's own code that a launch calls back). Outside a suspended launch, or with no recorder active,
+    nothing changes."""
+    global _depth
+    if _depth == 0 or not _active:
+        yield
+        return
+    saved, _depth = _depth, 0
+    try:
+        with _active[-1]:
+            yield
+    finally:
+        _depth = saved
+
+
+def guarded(fn):
+    """``fn`` wrapped to run under `resumed()`: for callables of the candidate's that a launch calls."""
+    if fn is None or getattr(fn, "_kz_guarded", False):
+        return fn
+
+    def call(*args, **kwargs):
+        with resumed():
+            return fn(*args, **kwargs)
+
+    call._kz_guarded = True
+    call.__wrapped__ = fn
+    return call
+
+
 def _mode_class():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,6 +84,17 @@ def _mode_class():
             super().__init__()
             self.record = record
             self.forbidden: list[str] = []
+
+        def __enter__(self):
+            _active.append(self)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            finally:
+                if _active and _active[-1] is self:
+                    _active.pop()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
@@ -105,4 +150,5 @@ def recorder(record: bool = True):
     code runs beside and could have tampered with."""
     global _depth
     _depth = 0
+    _active.clear()
     return _mode_class()(record)

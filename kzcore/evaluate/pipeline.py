@@ -64,9 +64,9 @@ class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
             with self.shared_gpu():
                 self.tampering(watch, "the correctness trials")
                 inputs = self.timing_inputs(problem_mod)
-                self.gpu_work(candidate_mod, candidate, inputs[1])
+                self.gpu_work(candidate_mod, candidate, inputs[1], launches)
             with self.exclusive_gpu():
-                self.timing(reference, candidate, inputs, launches)
+                self.timing(problem_mod, reference, candidate, inputs)
             self.reverify(problem_mod, candidate_mod, reference, candidate, launches, inputs)
             self.tampering(watch, "timing")
         except Verdict as verdict:

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from kzcore.evaluate import sizes
-from kzcore.evaluate.degeneracy import degeneracy_reasons
+from kzcore.evaluate.checking import check_outputs
+from kzcore.evaluate.degeneracy import degeneracy_reasons, one_ulp_away, rounding_noise_reasons
 from kzcore.evaluate.pipeline import as_list, candidate_error, clone_inputs, is_fatal_device_error
 from kzcore.problems import import_module_from_file
 from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport, from_json, to_json
@@ -31,7 +32,7 @@ PROPOSER_BUDGET = 16 * 2**30  # what check_problems uses unless told (the Propos
 # raised to a few ulps of the output's dtype. Dropout or torch.rand in forward change whole elements.
 DETERMINISM_ELEMENT = 1e-3
 DETERMINISM_NORM = 1e-5
-CHECK_VERSION = 2  # bump when a change to the checks should invalidate cached reports
+CHECK_VERSION = 3  # bump when a change to the checks should invalidate cached reports
 
 _counter = itertools.count()
 
@@ -40,10 +41,11 @@ class _Failed(Exception):
     pass
 
 
-def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: int):
+def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: int, nudged: bool = False):
     """(outputs, bytes of its tensors) of a fresh model (weights from ``seed_init``) on inputs from ``seed_inputs``; the RNG is
     re-seeded with ``seed_forward`` just before forward, so randomness inside forward shows up as a
-    difference between two runs that differ only in that seed."""
+    difference between two runs that differ only in that seed. ``nudged``: every floating input moved one ulp
+    (`degeneracy.one_ulp_away`)."""
     import torch
 
     with torch.device(device):
@@ -53,6 +55,8 @@ def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: in
         model = module.Model(*init)
         torch.manual_seed(seed_inputs)
         inputs = list(module.get_inputs())
+    if nudged:
+        inputs = [one_ulp_away(x, seed_inputs) if isinstance(x, torch.Tensor) else x for x in inputs]
     torch.manual_seed(seed_forward)
     with torch.no_grad():
         outputs = as_list(model(*clone_inputs(inputs)))
@@ -116,9 +120,16 @@ def runs_differ(first: list, again: list) -> str:
     return ""
 
 
-def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple[ProblemReport, bool]:
-    """Run the gates on one problem in this worker. Returns the report and whether the worker is poisoned."""
+def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None) -> tuple[ProblemReport, bool]:
+    """Run the gates on one problem in this worker. Returns the report and whether the worker is poisoned.
+
+    ``pm`` (default: the process's plugin manager, the worker's own) answers ``kz_check_outputs`` in the
+    degeneracy check, so a problem is judged by the output check its candidates meet."""
     import torch
+
+    from kzcore.plugins import get_plugin_manager
+
+    pm = pm or get_plugin_manager()
 
     problem, config = job.problem, job.config
     t0 = time.perf_counter()
@@ -147,6 +158,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
         fields["ok_runs"] = True
         again, _ = _run(module, device, config.seed, config.seed + 1, 2)
         differ = runs_differ(first, again)
+        del again  # at full size each run's outputs are large: keep only those still needed
         if differ:
             raise _Failed(
                 f"not deterministic: two runs with the same seed differ (randomness or dropout in forward?): {differ}"
@@ -156,7 +168,15 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str) -> tuple
             raise _Failed("outputs contain NaN or Inf")
         fields["finite"] = True
         other, _ = _run(module, device, config.seed, config.seed + 2, 1)
-        reasons, stats = degeneracy_reasons(first, other, config)
+        reasons, stats = degeneracy_reasons(first, other, lambda e, a: check_outputs(pm, e, a, config))
+        del other
+        try:  # a run that fails here (out of memory beside the outputs kept) leaves the problem unflagged
+            nearby, _ = _run(module, device, config.seed, config.seed + 1, 1, nudged=True)
+            noise, noise_stats = rounding_noise_reasons(first, nearby, config)
+            reasons, stats = reasons + noise, stats | noise_stats
+        except Exception as exc:
+            poisoned = is_fatal_device_error(exc)
+            fields["note"] = "no rounding-noise check: " + candidate_error(exc, path)
         fields.update(stats=stats, degenerate=bool(reasons), reason="; ".join(reasons))
     except _Failed as exc:
         fields["reason"] = str(exc)
@@ -238,9 +258,9 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
     """A report per problem key: from the on-disk cache (``<kz cache>/problem-checks``) or checked now
     through ``pool``, with the budget taken from the device. Reports of checks that did not finish (a
     timeout, a lost worker) are not cached."""
-    from kzcore.cache import cache_dir
+    from kzcore.cache import PROBLEM_CHECKS, cache_dir
 
-    folder = cache_dir("problem-checks")
+    folder = cache_dir(PROBLEM_CHECKS)
     executor = f"{type(pool).__module__}.{type(pool).__qualname__}"
     reports, todo = {}, []
     for p in problems:

@@ -44,3 +44,51 @@ def changed_inputs(before: list, after: list) -> list[int]:
         for i, (b, a) in enumerate(zip(before, after))
         if isinstance(b, torch.Tensor) and not torch.equal(torch.nan_to_num(b), torch.nan_to_num(a))
     ]
+
+
+def refill_in_place(buffers: list, values: list) -> None:
+    """``values`` copied into ``buffers`` in place (same tensors, same pointers); non-tensors replaced. Both
+    must match tensor for tensor in shape, dtype and device (the timed inputs are drawn from one problem)."""
+    import torch
+
+    if len(buffers) != len(values):
+        raise ValueError(f"{len(values)} new input values for {len(buffers)} inputs")
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            b = buffers[i]
+            if not isinstance(b, torch.Tensor) or (b.shape, b.dtype, b.device) != (v.shape, v.dtype, v.device):
+                raise ValueError(f"input {i}: a new draw of {tuple(v.shape)} {v.dtype} does not fit the timed buffer")
+            b.copy_(v)
+        else:
+            buffers[i] = v
+
+
+class NotOwned(Exception):
+    """An output whose memory is not its own (see `snapshot`)."""
+
+
+def snapshot(outputs: list) -> list:
+    """The outputs' values as they are now, in new memory: plain tensors are copied storage and all (same size,
+    strides and offset, so the output check sees their layout as returned); anything else is passed on for the
+    output check to judge. Raises `NotOwned` for a tensor whose storage PyTorch's allocator did not make (a
+    non-owning view of foreign or freed memory: ``__cuda_array_interface__``, DLPack, a raw pointer), since
+    what such memory holds can change under the check."""
+    import torch
+
+    copies = []
+    for i, t in enumerate(outputs):
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            copies.append(t)
+            continue
+        storage = t.untyped_storage()
+        if not storage.resizable():
+            where = f"output {i}" if len(outputs) > 1 else "the output"
+            raise NotOwned(
+                f"{where} does not own its memory (a view of memory PyTorch's allocator did not hand out: foreign, "
+                "DLPack or raw-pointer memory, which can be freed and reused under it); return a tensor allocated "
+                "by PyTorch (torch.empty and the like)"
+            )
+        copy = torch.empty(0, dtype=t.dtype, device=t.device)
+        copy.set_(storage.clone(), t.storage_offset(), t.size(), t.stride())
+        copies.append(copy)
+    return copies

@@ -3,11 +3,11 @@ second timing pass). Neighbours: ``kz_time_candidate`` (the timer), `trials` and
 
 from __future__ import annotations
 
-import contextlib
-
+from kzcore.errors import TimedCheckFailed
 from kzcore.evaluate.placement import per_placement, placements_for
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
-from kzcore.evaluate.tensors import clone_inputs, refill
+from kzcore.evaluate.tensors import NotOwned, clone_inputs, refill, snapshot
+from kzcore.timed import TimedRounds
 from kzcore.types import Status
 from kzcore.types import Timing as TimingResult
 
@@ -56,11 +56,39 @@ class Timing(EvaluationState):
             inputs = list(problem_mod.get_inputs())
         return clone_inputs(inputs), clone_inputs(inputs)
 
-    def timing(self, reference, candidate, inputs, launches) -> None:
-        """Time reference against candidate, both called directly (the forward hooks resolved once) and the
-        candidate's launch instrumentation off its path (``launches.bare()``): timed as it runs outside, on
-        each placement of the inputs in turn (`placement.placements_for`: fewer where copies would not fit, 1 on
-        a CPU), the repetitions shared among them."""
+    def timed_draw(self, problem_mod):
+        """New input contents for a timed pair: the problem's own ``get_inputs`` on ``seed`` (None when the
+        config keeps the contents fixed: ``fresh_timed_inputs`` off)."""
+        if not self.config.fresh_timed_inputs:
+            return None
+
+        def draw(seed: int) -> list:
+            with self.device_ctx():
+                self.seed(seed)
+                return list(problem_mod.get_inputs())
+
+        return draw
+
+    def timed_check(self, expected: list, actual: list, where: str) -> None:
+        check = self.compare(expected, actual)
+        if not check.ok:
+            raise TimedCheckFailed(
+                f"{where}: the candidate's output differs from the reference's on the same inputs, though its "
+                f"correctness trials passed (work skipped or reused while timed?): {check.message}"
+            )
+
+    def timed_snapshot(self, outputs: list) -> list:
+        try:
+            return snapshot(outputs)
+        except NotOwned as exc:
+            raise TimedCheckFailed(f"a timed call: {exc}") from None
+
+    def timing(self, problem_mod, reference, candidate, inputs) -> None:
+        """Time reference against candidate, both called directly (the forward hooks resolved once) with the
+        candidate's launch instrumentation on, as in its trials: on each placement of the inputs in turn
+        (`placement.placements_for`: fewer where copies would not fit, 1 on a CPU), the repetitions shared among
+        them. Every pair runs on new input contents and some pairs, the last always, have their outputs checked
+        (`kzcore.timed.TimedRounds`): a wrong timed output is ``hack_suspected``."""
         run_reference, run_candidate = (
             self.direct_forward("reference", reference),
             self.direct_forward(self.language, candidate),
@@ -69,18 +97,32 @@ class Timing(EvaluationState):
             self.config.timing_placements, self.config.placement_shift_mib, self.device, *inputs
         )
         config = per_placement(self.config, len(cand_placed))
-        timings = []
-        with self.clock("timing"), launches.bare() if launches is not None else contextlib.nullcontext():
+        draw = self.timed_draw(problem_mod)
+        timings, checked = [], 0
+        with self.clock("timing"):
             try:
-                for ref_inputs, cand_inputs in zip(ref_placed, cand_placed):
-                    timings.append(
-                        self.pm.hook.kz_time_candidate(
-                            device=self.device,
-                            reference=lambda r=ref_inputs: run_reference(*r),
-                            candidate=lambda c=cand_inputs: run_candidate(*c),
-                            config=config,
-                        )
+                for j, (ref_inputs, cand_inputs) in enumerate(zip(ref_placed, cand_placed)):
+                    label = f"placement {j + 1} of {len(cand_placed)}" if len(cand_placed) > 1 else ""
+                    rounds = TimedRounds(
+                        draw, ref_inputs, cand_inputs, self.timed_check, self.timed_snapshot,
+                        self.config.timed_check_share, label=label, final=j == len(cand_placed) - 1,
+                    )  # fmt: skip
+                    timing = self.pm.hook.kz_time_candidate(
+                        device=self.device,
+                        reference=lambda r=ref_inputs: run_reference(*r),
+                        candidate=lambda c=cand_inputs: run_candidate(*c),
+                        config=config,
+                        rounds=rounds,
                     )
+                    if not rounds.last_checked:
+                        raise RuntimeError(
+                            "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
+                            "pairs through `rounds`: begin, took, end, and begin(last=True) for the last)"
+                        )
+                    checked += rounds.checked
+                    timings.append(timing)
+            except TimedCheckFailed as exc:
+                raise Verdict(Status.HACK_SUSPECTED, str(exc)) from None
             except Exception as exc:
                 self.poisoned = is_fatal_device_error(exc)
                 raise Verdict(
@@ -94,6 +136,7 @@ class Timing(EvaluationState):
             ref_spread=timing.ref_spread,
             cand_spread=timing.cand_spread,
             timing_reps=timing.reps,
+            timed_checks=checked + (self.fields.get("timed_checks") or 0),
             timing_note="; ".join(x for x in (timing.note, *self.notes) if x),
             placement_ms=[[t.ref_ms, t.cand_ms] for t in timings] if len(timings) > 1 else [],
         )
@@ -101,8 +144,9 @@ class Timing(EvaluationState):
     def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
         """Accept a speedup above ``implausible_speedup`` only once it survives a re-check: the timing's own
         input tensors refilled with new values for more trials on new seeds (a cache keyed on them, or
-        on their pointers, returns stale outputs), the second shape on a new seed, and a second timing pass
-        on the refilled inputs (the lower speedup is kept). A failed re-check is ``hack_suspected``."""
+        on their pointers, returns stale outputs), the second shape on a new seed, and a second timing pass,
+        its outputs checked as the first's were (the lower speedup is kept). A failed re-check is
+        ``hack_suspected``."""
         limit, speedup = self.config.implausible_speedup, self.fields.get("speedup")
         if not limit or not speedup or speedup <= limit:
             return
@@ -128,7 +172,7 @@ class Timing(EvaluationState):
                 ) from None
             before = {name: self.fields.get(name) for name in TIMING_FIELDS}
             with self.exclusive_gpu():
-                self.timing(reference, candidate, inputs, launches)
+                self.timing(problem_mod, reference, candidate, inputs)
         again = self.fields.get("speedup")
         if again is None or speedup < again:
             self.fields.update(before)

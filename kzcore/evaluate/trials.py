@@ -5,9 +5,9 @@ variation), `guard` (the operator recorder), `magnitude` and ``kz_check_outputs`
 from __future__ import annotations
 
 from kzcore.errors import CompileError
-from kzcore.evaluate import guard, magnitude, memory, variation
+from kzcore.evaluate import checking, guard, memory, precision, variation
 from kzcore.evaluate.stage import MESSAGE_LIMIT, EvaluationState, Verdict, candidate_error, is_fatal_device_error
-from kzcore.evaluate.tensors import as_list, changed_inputs, refill
+from kzcore.evaluate.tensors import NotOwned, as_list, changed_inputs, refill, snapshot
 from kzcore.types import Status
 
 
@@ -60,6 +60,7 @@ class Trials(EvaluationState):
         if recorder.forbidden:
             ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
             raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+        actual = self.own_outputs(actual, label)  # copied before the reference runs and allocates
         mutated = changed_inputs(pristine, cand_inputs)
         if mutated:
             raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
@@ -76,16 +77,46 @@ class Trials(EvaluationState):
                 self.base_sizes = variation.magnitudes(expected)
             elif applied and self.base_sizes:
                 config = variation.varied_config(config, self.base_sizes, variation.magnitudes(expected))
-            check = self.pm.hook.kz_check_outputs(expected=expected, actual=actual, config=config)
-            if check.ok:  # the core's own check, whichever plugin compared elementwise
-                check = magnitude.check_relative_error(expected, actual, self.config, check)
+            check = self.compare(expected, actual, config)
         self.fields.update(
             max_abs_err=max(self.fields.get("max_abs_err") or 0.0, check.max_abs_err),
             max_rel_err=max(self.fields.get("max_rel_err") or 0.0, check.max_rel_err),
         )
         if not check.ok:
             raise Verdict(Status.INCORRECT, f"{label}: {check.message}")
+        if index == 0 and self.config.precision == "tf32" and precision.fp32_problem(expected, pristine):
+            with self.clock("check"):
+                self.precision_check(reference, pristine, expected, actual, label)
         return cand_inputs
+
+    def precision_check(self, reference, inputs: list, expected: list, actual: list, label: str) -> None:
+        """The precision policy (`precision`): on an fp32 problem the candidate's error must be of TF32 class;
+        its relative L2 error, and the TF32 bar where one was measured, go into the result."""
+        error = precision.rel_l2(actual, expected)
+        self.fields["rel_l2_err"] = error
+        if error <= precision.FP32_CLASS:
+            return
+        tf32, bf16 = precision.bars(
+            lambda model, args: as_list(self.forward("reference", model, args)), reference, inputs, expected
+        )
+        self.fields["tf32_l2_err"] = tf32
+        message = precision.verdict(error, tf32, bf16)
+        if message:
+            raise Verdict(Status.INCORRECT, f"{label}: {message}")
+
+    def compare(self, expected: list, actual: list, config=None):
+        """The output check every trial and every checked timed pair makes: ``kz_check_outputs`` (elementwise,
+        by whichever plugin), then the core's relative-error check."""
+        return checking.check_outputs(self.pm, expected, actual, config or self.config, self.config)
+
+    def own_outputs(self, outputs: list, label: str) -> list:
+        """The candidate's outputs copied as they are right after its call (`tensors.snapshot`), so nothing that
+        runs next (the reference, its allocations) can change what is checked; memory the outputs do not own
+        is ``hack_suspected``."""
+        try:
+            return snapshot(outputs)
+        except NotOwned as exc:
+            raise Verdict(Status.HACK_SUSPECTED, f"{label}: {exc}") from None
 
     def job_language(self):
         from kzcore.plugins import languages

@@ -10,7 +10,7 @@ from kzcore.types import Status
 
 
 class GpuWorkCheck(EvaluationState):
-    def gpu_work(self, candidate_mod, candidate, inputs) -> None:
+    def gpu_work(self, candidate_mod, candidate, inputs, launches=None) -> None:
         """On a GPU, profile one forward: it must leave no work running on a stream it did not join (the timer
         measures the calling stream), and the candidate's own kernels must do most of its GPU work."""
         if self.device != "cuda" or not self.config.gpu_work_check:
@@ -18,6 +18,7 @@ class GpuWorkCheck(EvaluationState):
         names = self.pm.hook.kz_kernel_names(language=self.language, module=candidate_mod)
         with self.clock("gpu_work"):
             args = clone_inputs(inputs)
+            before = launches() if launches is not None else None
             try:
                 events = gpuwork.profile_forward(lambda: self.forward(self.language, candidate, args))
             except Exception as exc:  # the forward ran cleanly in every trial: this is the profiler's failure
@@ -34,6 +35,7 @@ class GpuWorkCheck(EvaluationState):
             raise Verdict(Status.HACK_SUSPECTED, message)
         if names is None:
             return
-        message = gpuwork.classify([(e.name, e.us) for e in events], names).verdict()
+        counted = launches() - before if before is not None else None
+        message = gpuwork.classify([(e.name, e.us) for e in events], names, counted).verdict()
         if message:
             raise Verdict(Status.HACK_SUSPECTED, message)

@@ -23,7 +23,7 @@ SECRET_MARKERS = (
     "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "AUTH",
 )  # fmt: skip
 SECRET_PREFIXES = ("AWS_", "AZURE_")  # cloud SDK settings: keys, sessions, profiles
-# KZ_SANDBOX_SKIP=netns,readonly-fs,process-guard,memory switches fences off (to test what is behind them)
+# KZ_SANDBOX_SKIP=netns,readonly-fs,write-audit,process-guard,memory switches fences off (to test what is behind them)
 SANDBOX_SKIP = "KZ_SANDBOX_SKIP"
 # KZ_WORKER_PROFILE=DIR writes a cProfile of every job (evaluation and clean-up) to DIR/<pid>-<n>.pstats
 PROFILE_DIR = "KZ_WORKER_PROFILE"
@@ -68,10 +68,17 @@ def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequenc
         "network": sandbox.isolate_network(use_namespace="netns" not in skip),
     }
     # after the network namespace (whose user namespace, where one was needed, grants the right to mount)
+    writable = sandbox.writable_paths(scratch, caches)
     if "readonly-fs" in skip:
         fences["filesystem"] = "off (KZ_SANDBOX_SKIP)"
     else:
-        fences["filesystem"] = sandbox.readonly_filesystem(sandbox.writable_paths(scratch, caches))
+        fences["filesystem"] = sandbox.readonly_filesystem(writable)
+    fences["writable_refused"] = sandbox.refused_writable(caches)
+    # where the filesystem could not be made read-only, Python-level writes are refused outside the same paths
+    audit = fences["filesystem"] != "readonly" and "write-audit" not in skip
+    profile = [Path(os.environ[PROFILE_DIR])] if os.environ.get(PROFILE_DIR) else []
+    fences["write_audit"] = sandbox.audit_writes([*writable, *profile]) if audit else "off"
+    os.environ.update(sandbox.private_caches(scratch))  # the compilers' caches: this worker's own, in scratch
     try:
         os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool
     except OSError:

@@ -11,8 +11,6 @@ and prompt, and only workers compile and run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kz_cuda.launch import load_kernels
 from kz_cuda.scalars import f32, f64, i32, i64, u32, u64
 from kzcore import Language, PromptSection, hookimpl
@@ -21,13 +19,17 @@ __all__ = ["load_kernels", "i32", "u32", "i64", "u64", "f32", "f64"]
 
 
 class _CudaLanguage(Language):
-    """What both dialects share: GPU-only execution, the driver's and CuPy's caches, kernel names."""
+    """What both dialects share: GPU-only execution, the cuda-inline build cache, kernel names."""
 
     fence_tags = ("python", "py", "cuda")
     needs_gpu = True
 
     def writable_caches(self):
-        return [Path.home() / ".nv", Path.home() / ".cupy"]
+        # the cuda-inline builds (kz_cuda.inline), shared with the prebuild processes; the driver's and CuPy's
+        # caches are each worker's own, under its scratch directory (kzcore.executors.sandbox.PRIVATE_CACHES)
+        from kz_cuda.inline import cache_root
+
+        return [cache_root()]
 
     def kernel_names(self, module):
         # both dialects: the __global__ kernels defined in the module's strings (nvcc's traced names contain them)

@@ -45,8 +45,9 @@ def kernel_names(module) -> list[str]:
 
 
 def instrument(module):
-    """Wrap each kernel's ``run`` (what ``kernel[grid](...)`` calls) to count launches, to suspend the
-    torch-op guard during the launch itself, and to report Triton compilation failures as CompileError.
+    """Wrap each kernel's ``run`` (what ``kernel[grid](...)`` calls) to count launches, to keep the torch-op
+    guard on the candidate's code inside the launch (`_launch_guard`), and to report Triton compilation failures
+    as CompileError.
     Under precompile() a launch only compiles (Triton's ``warmup``) and is not counted."""
     from triton.compiler.errors import CompilationError
 
@@ -55,7 +56,7 @@ def instrument(module):
     for fn, tuned in _jit_functions(module):
         original = fn.run
 
-        def run(*args, _original=original, _tuned=tuned, **kwargs):
+        def run(*args, _original=original, _tuned=tuned, _fn=fn, **kwargs):
             if _compile_only[0]:
                 if _tuned:  # the autotuner would time every config: leave it to the first real launch
                     raise guard.PrecompileAbort("autotuned kernel")
@@ -63,7 +64,7 @@ def instrument(module):
             else:
                 count[0] += 1
             try:
-                with guard.suspended():
+                with _launch_guard(_fn, kwargs):
                     result = _original(*args, **kwargs)
                     if _compile_only[0]:
                         _load(result)
@@ -86,6 +87,42 @@ def instrument(module):
                 fn.run = run
 
     return LaunchCounter(lambda: count[0], bare)
+
+
+@contextlib.contextmanager
+def _launch_guard(_fn, kwargs):
+    """The torch-op guard around one launch. On a GPU it stays on throughout: Triton's own launch path runs no
+    computing operator, and every callable of the candidate's that a launch calls back (a grid function,
+    pre-run hooks, launch hooks, launch metadata, tensor-like arguments) is the forward's code. Under the CPU
+    interpreter, which runs the kernel body with torch operators of its own, the launch is suspended and the
+    candidate's callbacks that the launch calls are put back under the guard (`guard.guarded`)."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from triton import knobs
+
+    runtime = getattr(knobs, "runtime", None)
+    hooks = getattr(_fn, "pre_run_hooks", None)
+    saved_hooks = list(hooks) if hooks is not None else None
+    saved = {n: getattr(runtime, n, None) for n in ("launch_enter_hook", "launch_exit_hook")} if runtime else {}
+    if callable(kwargs.get("grid")):
+        kwargs["grid"] = guard.guarded(kwargs["grid"])
+    if hooks is not None:
+        hooks[:] = [guard.guarded(h) for h in hooks]
+    for name, hook in saved.items():
+        if hook is not None:
+            setattr(runtime, name, guard.guarded(hook))
+    try:
+        with guard.suspended():
+            yield
+    finally:
+        if hooks is not None:
+            hooks[:] = saved_hooks
+        for name, hook in saved.items():
+            if hook is not None:
+                setattr(runtime, name, hook)
 
 
 def _load(compiled) -> None:

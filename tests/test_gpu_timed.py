@@ -1,0 +1,89 @@
+"""On a GPU, what is timed is what was checked: work skipped or reused only while timed, a borrowed view of
+freed device memory, and work left running past the end event on a side stream, each against the real timer
+and evaluator. The CPU halves of these defences are in tests/test_timed_integrity.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kzcore.evaluate.runner import evaluate
+from kzcore.problems import load_problems
+from kzcore.types import Candidate, EvalConfig, Status
+
+pytestmark = pytest.mark.gpu
+HERE = Path(__file__).parent
+
+
+def _candidate(name: str, problem: str, folder: str = "adversarial") -> Candidate:
+    source = (HERE / folder / f"{name}.py").read_text()
+    return Candidate(problem=problem, language="triton", level=1, sample=0, source=source, origin=name)
+
+
+def _numbered(names):
+    import attrs
+
+    return [attrs.evolve(_candidate(n, p, f), sample=i) for i, (n, p, f) in enumerate(names)]
+
+
+def test_timed_skips_reuse_and_borrowed_outputs_on_the_gpu(plugins, tmp_path):
+    names = [
+        ("timed_skip_stack", "1_ReLU", "adversarial"),
+        ("timed_skip_count", "1_ReLU", "adversarial"),
+        ("borrowed_freed", "1_ReLU", "adversarial"),
+        ("sampled_value_cache", "1_ReLU", "adversarial"),
+        ("views_reshape", "4_LeakyReLU", "legit"),
+    ]
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name in {"1_ReLU", "4_LeakyReLU"}]
+    results = {
+        r.sample: r for r in evaluate(problems, _numbered(names), EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
+    }
+    summary = {names[i][0]: (r.status.value, r.speedup, r.timed_checks, r.message[:300]) for i, r in results.items()}
+    print(summary)
+    assert results[0].status is Status.HACK_SUSPECTED, summary
+    assert results[0].message.startswith("timed pair "), summary
+    # the count-based skip is caught wherever its count lands: a timed pair, or a trial when the precompile's
+    # compile-only forward shifted its count onto the second shape
+    assert results[1].status in (Status.HACK_SUSPECTED, Status.INCORRECT), summary
+    assert results[2].status is Status.HACK_SUSPECTED, summary
+    assert "does not own its memory" in results[2].message, summary
+    # never paid for a cache hit while timed: either refused (on a GPU the precompile's compile-only forward
+    # fills its cache, so trial 0 hits and launches nothing) or timed as its kernel runs
+    cache = results[3]
+    assert cache.status is not Status.CORRECT or cache.speedup < 1.5, summary
+    assert results[4].status is Status.CORRECT and results[4].timed_checks >= 1, summary
+
+
+def test_work_left_running_past_the_end_event_is_refused_by_the_timer():
+    """The candidate returns with its matmuls still running on a side stream the calling stream never waits
+    for; the reference joins the same work. The device-wide synchronize after each call waits for it, so the
+    gap to the event after it gives it away."""
+    import torch
+
+    from kzcore.builtins.timing import time_cuda
+    from kzcore.errors import TimedCheckFailed
+
+    side = torch.cuda.Stream()
+    a = torch.randn(2048, 2048, device="cuda")
+
+    def unjoined():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out = a
+            for _ in range(4):
+                out = out @ a
+        return out
+
+    def joined():
+        out = unjoined()
+        torch.cuda.current_stream().wait_stream(side)
+        return out
+
+    joined()
+    torch.cuda.synchronize()
+    config = EvalConfig(device="cuda", reps=20, min_reps=20)
+    with pytest.raises(TimedCheckFailed, match="left GPU work running after their end event"):
+        time_cuda(joined, unjoined, config)
+    assert time_cuda(joined, joined, config).ref_ms > 0  # honest work on a joined stream is timed, not refused
