@@ -41,6 +41,7 @@ _PUBLIC = {
     **dict.fromkeys(("KzError", "CompileError", "ProblemFormatError"), "kzcore.errors"),
     # policy backends
     **dict.fromkeys(("Policy", "PolicyError", "Chat", "Completion", "SamplingParams", "load_policy"), "kzcore.policy"),
+    **dict.fromkeys(("DTYPES", "model_dtype"), "kzcore.train.precision"),  # the dtype a policy loads its model in
     # language plugins: loading candidate files, the static checks' shared rules, the runtime guard, prompts
     "import_module_from_file": "kzcore.problems",
     **dict.fromkeys(

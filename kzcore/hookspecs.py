@@ -193,9 +193,9 @@ def kz_instrument_candidate(language: str, module: ModuleType) -> LaunchCounter 
     :param module: the loaded candidate module.
     :return: a `LaunchCounter` (or a plain zero-argument callable) giving how many of the module's kernels
         have launched so far, or None when ``language`` is not this plugin's. A forward that launches none is
-        ``hack_suspected``. A LaunchCounter's ``bare()`` takes the instrumentation off the launch path while
-        the candidate is timed (give one when the instrumentation wraps the launch itself). The core's default
-        asks ``Language.instrument``.
+        ``hack_suspected``. The evaluator keeps the instrumentation on while it times the candidate, so timed calls
+        take the launch path its trials took; a LaunchCounter's ``bare()`` takes it off for tools that time a
+        candidate outside the evaluator. The core's default asks ``Language.instrument``.
 
     Stops at first non-None result.
     """

@@ -36,7 +36,8 @@ class Status(str, enum.Enum):
 class LaunchCounter:
     """What ``kz_instrument_candidate`` returns: calling it gives how many of the candidate's own kernels have
     launched so far. ``bare()`` is a context manager during which the plugin takes its instrumentation off the
-    launch path (the timed loop runs in it, so a candidate is timed as it runs outside the evaluator); without
+    launch path (for tools that time a candidate as it runs outside the evaluator; the evaluator's own timed
+    pairs keep it on, as in the trials); without
     a ``bare`` callable it changes nothing. A plain zero-argument callable from a plugin is wrapped by
     `as_launch_counter`."""
 

@@ -82,6 +82,22 @@ class ModelNew(nn.Module):
 """
 
 
+# Right everywhere except inside the evaluator's re-verification (it reads its own call stack): the path
+# a candidate that survives every timed check but not the re-check takes.
+PY_WRONG_WHEN_REVERIFIED = """import inspect
+
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if any(frame.function == "reverify" for frame in inspect.stack()):
+            return torch.zeros_like(x)
+        return torch.relu(x)
+"""
+
+
 def adversarial(kind: str) -> str:
     return (ADVERSARIAL / f"{kind}.py").read_text()
 
@@ -238,15 +254,28 @@ def test_an_implausible_speedup_that_survives_re_verification_is_marked(plugins,
     assert below.reverified is False
 
 
-def test_an_implausible_speedup_from_a_cache_fails_re_verification(plugins, tmp_path):
+def test_a_cache_that_waits_for_the_timing_loop_is_caught_by_the_timed_check(plugins, tmp_path):
     pm = plugins("kz_pylang", f"{FAKES}:IMPLAUSIBLE_TIMER")
     relu = next(p for p in load_problems("builtin:1", pm=pm) if p.name == "1_ReLU")
-    result = evaluate_here(pm, relu, PY_WARM_CACHE, tmp_path)
+    # the timed pair is checked and its inputs are a new draw: the cache returns the previous output
+    for config in (EvalConfig(device="cpu"), EvalConfig(device="cpu", implausible_speedup=0)):
+        result = evaluate_here(pm, relu, PY_WARM_CACHE, tmp_path, config)
+        assert result.status is Status.HACK_SUSPECTED, result.message
+        assert result.message.startswith("timed pair"), result.message
+        assert result.reverified is False
+
+
+def test_an_implausible_speedup_that_fails_re_verification_is_hack_suspected(plugins, tmp_path):
+    pm = plugins("kz_pylang", f"{FAKES}:IMPLAUSIBLE_TIMER")
+    relu = next(p for p in load_problems("builtin:1", pm=pm) if p.name == "1_ReLU")
+    result = evaluate_here(pm, relu, PY_WRONG_WHEN_REVERIFIED, tmp_path)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "implausible_speedup=10 and re-verification failed: re-verification trial 0" in result.message
     assert result.reverified is False
-    # without the re-check, the same cache is filed as a correct 20x kernel
-    trusting = evaluate_here(pm, relu, PY_WARM_CACHE, tmp_path, EvalConfig(device="cpu", implausible_speedup=0))
+    # without the re-check, the same candidate is filed as a correct 20x kernel
+    trusting = evaluate_here(
+        pm, relu, PY_WRONG_WHEN_REVERIFIED, tmp_path, EvalConfig(device="cpu", implausible_speedup=0)
+    )
     assert trusting.status is Status.CORRECT and trusting.speedup == pytest.approx(20.0)
 
 
@@ -349,7 +378,7 @@ def test_cache_that_waits_for_the_timing_loop_is_hack_suspected(triton_pool, bui
     problems, _ = builtin
     result = run_triton(triton_pool, problems["1_ReLU"], adversarial("warm_cache"))
     assert result.status is Status.HACK_SUSPECTED, result.message
-    assert "re-verification failed" in result.message and result.speedup == pytest.approx(20.0)
+    assert result.message.startswith("timed pair"), result.message  # its stale output on a new draw
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -93,6 +93,9 @@ def test_the_repetitions_and_the_time_budget_are_shared():
     one = per_placement(config, 8)
     assert (one.reps, one.min_reps, one.max_timing_s) == (13, 7, 1.0)
     assert per_placement(config, 1) is config
+    assert (one.settle_ms, one.warmup) == (config.settle_ms, config.warmup)  # the first placement settles and warms
+    later = per_placement(config, 8, 3)
+    assert (later.reps, later.min_reps, later.settle_ms, later.warmup) == (13, 7, 0.0, 1)
 
 
 def test_combine_keeps_the_mean_of_the_placements_and_names_a_spread():

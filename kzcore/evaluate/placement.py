@@ -133,15 +133,21 @@ def _dense(x) -> bool:
     return x.storage_offset() == 0 and x.numel() * x.element_size() == x.untyped_storage().nbytes()
 
 
-def per_placement(config, count: int):
-    """``config`` for one of ``count`` placements: the repetitions and the time budget shared among them."""
+def per_placement(config, count: int, index: int = 0):
+    """``config`` for placement ``index`` of ``count``: the repetitions and the time budget shared among them.
+    The GPU is settled and the calls warmed up once per timing, on the first placement; the placements after it
+    run back to back on a GPU the timing keeps busy, so each gets one warm-up pair (its new addresses) and no
+    settling wait."""
     import attrs
 
     if count <= 1:
         return config
-    return attrs.evolve(
+    shared = attrs.evolve(
         config,
         reps=max(1, math.ceil(config.reps / count)),
         min_reps=max(1, math.ceil(config.min_reps / count)),
         max_timing_s=config.max_timing_s / count,
     )
+    if index == 0:
+        return shared
+    return attrs.evolve(shared, settle_ms=0.0, warmup=min(config.warmup, 1))

