@@ -222,7 +222,6 @@ def _cmd_eval(args) -> int:
     if not candidates:
         raise KzError(f"no candidates found in {args.solutions or 'the policy output'} for {len(problems)} problem(s)")
     out = Path(args.out)
-    _retract_changed(problems, candidates, config, out, console)
     progress = Progress(
         TextColumn("[bold]evaluating"),
         BarColumn(),
@@ -253,6 +252,7 @@ def _cmd_eval(args) -> int:
             workers=args.workers,
             on_result=on_result,
             on_start=on_start,
+            on_stale=_report_retracted(out, console),
         )
     k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
     _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
@@ -266,46 +266,25 @@ def _first(names: list[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (f", … and {more} more" if more > 0 else "")
 
 
-def _retract_changed(problems, candidates, config, out: Path, console) -> None:
-    """Retract the results saved in ``out`` that judged other code than ``candidates`` hold now (a solution
-    fixed since, or a problem's source changed), so that resuming evaluates those candidates again instead
-    of reporting verdicts on code that is gone. Results from other settings are left alone: the runner
-    evaluates those again anyway."""
-    from kzcore.evaluate.runner import same_settings
-    from kzcore.results import ResultsWriter, read_results, stale_results
-    from kzcore.types import EvalJob
+def _report_retracted(out: Path, console):
+    """What `kz eval` says when the runner retracted saved results whose code changed since."""
 
-    if not out.exists():
-        return
-    by_key = {(p.level, p.name): p for p in problems}
-    hashes = {
-        c.key: EvalJob(problem=by_key[(c.level, c.problem)], candidate=c, config=config).code_hash
-        for c in candidates
-        if (c.level, c.problem) in by_key
-    }
-    saved = read_results(out, on_skip=lambda message: None)  # the runner reads it next and reports skipped lines
-    stale = stale_results([r for r in saved if same_settings(r, config)], hashes)
-    if not stale:
-        return
-    writer = ResultsWriter(out)
-    try:
-        for result in stale:
-            writer.write_stale(result, hashes[result.key])
-    finally:
-        writer.close()
-    changed = [r.key for r in stale if r.code_hash]
-    unknown = len(stale) - len(changed)
-    if changed:
-        console.print(
-            f"{len(changed)} candidate(s) changed since their result in {out} was saved (their code or their "
-            f"problem's source); evaluating them again: {_first(changed)}",
-            soft_wrap=True,
-        )
-    if unknown:
-        console.print(
-            f"{unknown} result(s) in {out} do not say which code they judged (an older kz); evaluating them again",
-            soft_wrap=True,
-        )
+    def on_stale(stale) -> None:
+        changed = [r.key for r in stale if r.code_hash]
+        unknown = len(stale) - len(changed)
+        if changed:
+            console.print(
+                f"{len(changed)} candidate(s) changed since their result in {out} was saved (their code or their "
+                f"problem's source); evaluating them again: {_first(changed)}",
+                soft_wrap=True,
+            )
+        if unknown:
+            console.print(
+                f"{unknown} result(s) in {out} do not say which code they judged (an older kz); evaluating them again",
+                soft_wrap=True,
+            )
+
+    return on_stale
 
 
 def _note_gpu_only(language, device: str, console) -> None:

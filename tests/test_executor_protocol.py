@@ -118,3 +118,39 @@ def test_one_executors_cached_problem_checks_never_answer_anothers(relu):
     other = Other()
     checked_problems([relu], CFG, other, "cpu")
     assert [j.problem.key for j in other.jobs] == [relu.key]  # another kind: checked again
+
+
+class Judging(fakes_hooks.InlineExecutor):
+    """Files each job's own result (with its code hash): correct when the candidate's source says so."""
+
+    def map(self, jobs):
+        for job in jobs:
+            self.jobs.append(job)
+            if isinstance(job, ProblemCheckJob):
+                yield from super().map([job])
+                continue
+            status = Status.CORRECT if "fixed" in job.candidate.source else Status.INCORRECT
+            yield job.result(status, "judged by its source")
+
+
+def test_a_resumed_evaluation_judges_changed_code_again(plugins, relu, tmp_path):
+    """What the trainer and distillation call: a saved verdict is reused only for the code it judged; one on
+    code that changed since (a resampled completion, a fixed solution) is retracted and evaluated again."""
+    pm = plugins("kz_pylang")
+    out, heard = tmp_path / "r.jsonl", []
+
+    def run(sources):
+        executor = Judging(config=CFG)
+        cands = [
+            Candidate(problem="1_ReLU", language="python", level=1, sample=i, source=s) for i, s in enumerate(sources)
+        ]
+        results = evaluate([relu], cands, CFG, out, executor=executor, on_stale=heard.append, pm=pm)
+        return {r.sample: r.status for r in results}, [
+            j.candidate.sample for j in executor.jobs if isinstance(j, EvalJob)
+        ]
+
+    assert run(["broken", "fixed"]) == ({0: Status.INCORRECT, 1: Status.CORRECT}, [0, 1])
+    assert heard == []
+    assert run(["broken", "fixed"]) == ({0: Status.INCORRECT, 1: Status.CORRECT}, [])  # same code: reused
+    assert run(["fixed now", "fixed"]) == ({0: Status.CORRECT, 1: Status.CORRECT}, [0])  # only the changed one
+    assert [[r.sample for r in stale] for stale in heard] == [[0]] and heard[0][0].status is Status.INCORRECT

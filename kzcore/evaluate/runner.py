@@ -27,6 +27,33 @@ def same_settings(result: EvalResult, config: EvalConfig) -> bool:
     )
 
 
+def retract_changed(problems: list[Problem], candidates: list[Candidate], config: EvalConfig, out: Path) -> list:
+    """Retract the results saved in ``out`` under these settings that judged other code than ``candidates``
+    hold now (`EvalJob.code_hash`: the candidate's code and its problem's source), so that resuming evaluates
+    those candidates again instead of reporting verdicts on code that is gone. Returns the retracted results.
+    Results from other settings are left alone: they are evaluated again anyway."""
+    from kzcore.results import stale_results
+
+    if not out.exists():
+        return []
+    by_key = {(p.level, p.name): p for p in problems}
+    hashes = {
+        c.key: EvalJob(problem=by_key[(c.level, c.problem)], candidate=c, config=config).code_hash
+        for c in candidates
+        if (c.level, c.problem) in by_key
+    }
+    saved = read_results(out, on_skip=lambda message: None)  # read again below, where skipped lines are reported
+    stale = stale_results([r for r in saved if same_settings(r, config)], hashes)
+    if stale:
+        writer = ResultsWriter(out)
+        try:
+            for result in stale:
+                writer.write_stale(result, hashes[result.key])
+        finally:
+            writer.close()
+    return stale
+
+
 def plan_jobs(
     problems: list[Problem], candidates: list[Candidate], config: EvalConfig, done: set[str]
 ) -> list[EvalJob]:
@@ -86,10 +113,14 @@ def evaluate(
     workers: int | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    on_stale: Callable[[list[EvalResult]], None] | None = None,
     pm=None,
 ) -> list[EvalResult]:
     """Evaluate ``candidates`` and append results to ``out``; returns every result for these candidates,
-    including ones already in ``out`` from an earlier (interrupted) run, which are not evaluated again.
+    including ones already in ``out`` from an earlier (interrupted) run, which are not evaluated again — unless
+    they judged other code than the candidate holds now (a changed solution, a resampled completion, a changed
+    problem source): those are retracted in ``out`` (`retract_changed`; ``on_stale`` hears which) and evaluated
+    again.
 
     ``executor``: a registered executor's name (opened for this call and closed after it; ``workers``
     workers), or an executor already started (``open_executor``), which is used and left open — the trainer
@@ -98,6 +129,9 @@ def evaluate(
     for language in sorted({c.language for c in candidates}):
         require_language(language, pm)
     wanted = {c.key for c in candidates}
+    stale = retract_changed(problems, candidates, config, out)
+    if stale and on_stale:
+        on_stale(stale)
     previous = [r for r in read_results(out) if r.key in wanted and same_settings(r, config)]
     jobs = plan_jobs(problems, candidates, config, {r.key for r in previous})
     if on_start:

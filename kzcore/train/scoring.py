@@ -49,9 +49,12 @@ def sample_and_evaluate(
             correct += result.correct
             bar.advance(1, f"{correct} correct")
 
+        def on_stale(stale) -> None:
+            trainer.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
+
         return evaluate(
             problems, candidates, trainer.config.eval, out / f"{files}results-{language}.jsonl",
-            executor=trainer.pool, on_start=on_start, on_result=on_result, pm=trainer.pm,
+            executor=trainer.pool, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=trainer.pm,
         )  # fmt: skip
 
 
