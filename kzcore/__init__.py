@@ -43,7 +43,7 @@ _PUBLIC = {
     **dict.fromkeys(("Policy", "PolicyError", "Chat", "Completion", "SamplingParams", "load_policy"), "kzcore.policy"),
     **dict.fromkeys(("DTYPES", "model_dtype"), "kzcore.train.precision"),  # the dtype a policy loads its model in
     # language plugins: loading candidate files, the static checks' shared rules, the runtime guard, prompts
-    "import_module_from_file": "kzcore.problems",
+    "import_module_from_file": "kzcore.language",
     **dict.fromkeys(
         (
             "FORBIDDEN_ATTRS",

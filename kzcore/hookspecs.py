@@ -67,7 +67,7 @@ def kz_register_executors(register: Callable[[str, Callable[..., Any]], None]) -
         ``ProblemReport`` for a ``ProblemCheckJob`` (the problem module alone: ``kz eval``'s problem check,
         the Proposer's gates, ``kz suite check``). A job it cannot finish is answered with
         ``job.failure(status, message)``; ``job.ident`` matches its answer's ``ident``; inside a worker,
-        ``job.run_in_worker(...)`` runs either kind (as ``kzcore.executors.worker`` does).
+        ``kzcore.executors.worker.run_job(job, ...)`` runs either kind (as the local pool's workers do).
         ``kzcore.executors.open_executor`` builds and starts one; the trainer holds one for its whole run.
 
     The core registers ``local`` (a pool of spawned worker processes); cluster executors come as plugins.

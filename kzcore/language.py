@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 CORE_PACKAGE = "kzcore"
 
 
+def import_module_from_file(path: Path, name: str) -> ModuleType:
+    """Import ``path`` as a fresh module called ``name`` (a real file, as Triton's inspect needs)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 class Language:
     """A kernel language a plugin can compile and run. Subclass it, set the class attributes, override the
     methods your language needs, and register one instance, made once (at module level):
@@ -114,8 +130,6 @@ class Language:
     def load_candidate(self, path: Path, device: str) -> ModuleType:
         """Compile and import the candidate module in ``path`` (it must define ``ModelNew``); raise
         ``CompileError(log)`` when it does not build. Default: import it as a Python module."""
-        from kzcore.problems import import_module_from_file
-
         return import_module_from_file(path, path.stem)
 
     def instrument(self, module: ModuleType) -> LaunchCounter | Callable[[], int] | None:

@@ -4,14 +4,13 @@ or a registered suite, and importing a problem module at a chosen size profile (
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from kzcore.errors import ProblemFormatError
 from kzcore.jsonl import read_jsonl_numbered
+from kzcore.language import import_module_from_file  # noqa: F401 (importable from here too)
 from kzcore.types import Candidate, Problem
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -281,19 +280,6 @@ def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) ->
 # ----------------------------------------------------------------------------------------------------
 # importing (workers only: runs the problem's module code)
 # ----------------------------------------------------------------------------------------------------
-
-
-def import_module_from_file(path: Path, name: str) -> ModuleType:
-    """Import ``path`` as a fresh module called ``name`` (a real file, as Triton's inspect needs)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
 
 
 def apply_size_profile(module: ModuleType, profile: str) -> str:

@@ -12,8 +12,6 @@ from typing import Any
 
 import attrs
 
-from kzcore.language import Language  # noqa: F401 (kept importable from here: a class of its own module now)
-
 SCHEMA = 1
 
 
@@ -301,12 +299,6 @@ class EvalJob:
         code = f"source\0{cand.source}" if cand.source is not None else f"completion\0{cand.completion}"
         return hashlib.sha256(f"{self.problem.source}\0{code}".encode()).hexdigest()[:16]
 
-    def run_in_worker(self, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
-        """(answer, poisoned) inside an evaluator worker (kzcore.executors.worker)."""
-        from kzcore.evaluate.pipeline import evaluate_job
-
-        return evaluate_job(self, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
-
 
 @attrs.frozen
 class ProblemCheckJob:
@@ -324,12 +316,6 @@ class ProblemCheckJob:
     @property
     def ident(self) -> tuple:
         return (self.problem.name,)
-
-    def run_in_worker(self, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
-        """(report, poisoned) inside an evaluator worker."""
-        from kzcore.evaluate.problem_check import check_problem_job
-
-        return check_problem_job(self, workdir, device)
 
 
 @attrs.frozen

@@ -14,10 +14,10 @@ from torch import nn
 
 from kzcore import hookimpl
 from kzcore.errors import CompileError
+from kzcore.language import Language
 from kzcore.types import (
     Command,
     EvalResult,
-    Language,
     OutputCheck,
     ProblemCheckJob,
     ProblemReport,

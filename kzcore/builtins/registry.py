@@ -16,3 +16,6 @@ def kz_register_executors(register):
 @hookimpl(trylast=True)
 def kz_run_forward(language, model, inputs):
     return model(*inputs)
+
+
+kz_run_forward.plain_call = True  # the evaluator calls the model itself where only this runner is registered

@@ -133,9 +133,7 @@ class EvaluationState:
         """``model`` itself when no plugin overrides ``kz_run_forward`` (only the built-in default, which calls
         it, is registered), else a call through the hook: what the timed loop calls, without the hook's
         dispatch on its path where nothing needs it."""
-        from kzcore.builtins import registry
-
-        if all(impl.function is registry.kz_run_forward for impl in self.pm.hook.kz_run_forward.get_hookimpls()):
+        if all(getattr(impl.function, "plain_call", False) for impl in self.pm.hook.kz_run_forward.get_hookimpls()):
             return model
         return lambda *inputs: self.forward(language, model, inputs)
 

@@ -159,6 +159,23 @@ def _setup_torch(device: str, tf32: bool) -> dict:
     return info
 
 
+def run_job(job, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
+    """(answer, poisoned) for either kind of job inside an evaluator worker: an `EvalJob` gets its candidate
+    evaluated (an ``EvalResult``), a `ProblemCheckJob` its problem module checked (a ``ProblemReport``).
+    What an executor that runs jobs in processes of its own calls."""
+    from kzcore.types import EvalJob, ProblemCheckJob
+
+    if isinstance(job, EvalJob):
+        from kzcore.evaluate.pipeline import evaluate_job
+
+        return evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+    if isinstance(job, ProblemCheckJob):
+        from kzcore.evaluate.problem_check import check_problem_job
+
+        return check_problem_job(job, workdir, device)
+    raise TypeError(f"an evaluator worker runs EvalJob and ProblemCheckJob, not {type(job).__name__}")
+
+
 def worker_main(
     conn,
     worker_id: int,
@@ -208,7 +225,7 @@ def worker_main(
         with device_work():  # the CUDA context and the warm-up kernels: never while another worker times
             info = _setup_torch(device, tf32)
             phase("torch")  # import, and CUDA initialisation on a GPU
-            # both job kinds' code is loaded now, before the slate's snapshot (jobs reach it through run_in_worker)
+            # both job kinds' code is loaded now, before the slate's snapshot (run_job reaches it)
             import kzcore.evaluate.problem_check  # noqa: F401
             from kzcore.evaluate.pipeline import warm_up
             from kzcore.plugins import new_plugin_manager, set_plugin_manager
@@ -245,7 +262,7 @@ def worker_main(
         jobs_done += 1
         with _profiled(profile_dir, jobs_done, job):
             try:
-                result, poisoned = job.run_in_worker(pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+                result, poisoned = run_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
             except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
                 result, poisoned = _escaped(job, exc), False
             strays = slate.restore()  # before reporting: a death while restoring is charged to this job
