@@ -1,7 +1,7 @@
 """Where kzcore and its plugins keep caches on disk: ``$KZ_CACHE/<name>``, else
 ``$XDG_CACHE_HOME/kzcore/<name>``, else ``~/.cache/kzcore/<name>`` (the rule kz_models' converted
 checkpoints follow too). Evaluator workers never write here: their sandbox leaves every kzcore cache read-only,
-but a subdirectory a language declares as its own compiler cache (`kzcore.executors.sandbox.writable_paths`)."""
+but a subdirectory a language declares as its own compiler cache (`kzcore.executors.caches.writable_paths`)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from kz_triton.static import check_source
-from kzcore.executors import sandbox
+from kzcore.executors import processes
 from kzcore.executors.local import READ_TIMEOUT_S, ChannelError, LocalPool, _bound_reads, receive
 from kzcore.executors.worker import LOG_LIMIT
 from kzcore.problems import load_problems, load_solutions
@@ -341,13 +341,13 @@ def test_fork_and_subprocess_are_refused_by_the_static_check(pool, relu):
     assert fork.status is Status.STATIC_CHECK_FAILED and "`os.fork`" in fork.message, fork.message
     assert spawn.status is Status.STATIC_CHECK_FAILED and "`subprocess`" in spawn.message, spawn.message
     assert set(fork.stages) == {"static"} and set(spawn.stages) == {"static"}
-    assert sandbox.descendants(worker_pid(pool)) == []
+    assert processes.descendants(worker_pid(pool)) == []
     assert sleepers() <= before
     assert_clean_and_correct(after)
 
 
 def test_process_started_through_a_library_is_refused_at_run_time(pool, relu):
-    # defence: sandbox.guard_processes (asyncio -> subprocess -> _posixsubprocess.fork_exec refuses a
+    # defence: processes.guard_processes (asyncio -> subprocess -> _posixsubprocess.fork_exec refuses a
     # candidate caller); without it a `sleep 60` starts (and the sweep below files hack_suspected)
     source = fault("spawn_hidden")
     assert check_source(source) == []  # only the run-time guard can stop it
@@ -356,13 +356,13 @@ def test_process_started_through_a_library_is_refused_at_run_time(pool, relu):
     assert result.status is Status.RUNTIME_ERROR, result.message
     assert "may not start or signal processes" in result.message and "fork_exec" in result.message
     assert sleepers() <= before
-    assert sandbox.descendants(worker_pid(pool)) == []
+    assert processes.descendants(worker_pid(pool)) == []
     assert_clean_and_correct(after)
 
 
 @pytest.mark.slow
 def test_process_left_running_is_killed_and_hack_suspected(loose_pool, relu):
-    # defence: CleanSlate.restore -> sandbox.sweep_children after every job (here the process guard is off,
+    # defence: CleanSlate.restore -> processes.sweep_children after every job (here the process guard is off,
     # as if a candidate had got past it); without it the sleeper outlives the job
     assert fences(loose_pool)["process_guard"] == "off"
     pid, before = worker_pid(loose_pool), sleepers()
@@ -370,16 +370,16 @@ def test_process_left_running_is_killed_and_hack_suspected(loose_pool, relu):
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert re.search(r"left \d process\(es\) running", result.message) and "(sleep)" in result.message
     assert sleepers() <= before
-    assert sandbox.descendants(pid) == []  # (the worker may have been replaced: asyncio left threads behind)
+    assert processes.descendants(pid) == []  # (the worker may have been replaced: asyncio left threads behind)
     assert_clean_and_correct(after)
 
 
 GUARD_SCRIPT = """
 import os, subprocess, sys, tempfile
 from pathlib import Path
-from kzcore.executors import sandbox
+from kzcore.executors import processes
 scratch = Path(tempfile.mkdtemp())
-sandbox.guard_processes(scratch)
+processes.guard_processes(scratch)
 candidate = compile("import subprocess\\nsubprocess.run(['true'])", str(scratch / "kz_candidate_0.py"), "exec")
 try:
     exec(candidate, {})
@@ -397,7 +397,7 @@ print("library:", subprocess.run(["true"]).returncode)  # this file is not a can
 
 
 def test_process_guard_refuses_candidates_but_not_libraries(tmp_path):
-    # defence: sandbox.candidate_caller: Triton running ptxas or torch building an extension from inside a
+    # defence: processes.candidate_caller: Triton running ptxas or torch building an extension from inside a
     # candidate's forward must still work; the candidate's own call must not
     script = tmp_path / "guard_check.py"
     script.write_text(GUARD_SCRIPT)
@@ -419,7 +419,7 @@ def counting_signal(sig):
 
 
 def test_signalling_another_process_is_refused(pool, relu):
-    # defence: sandbox.guard_processes wraps os.kill (own process only); without it this test process gets
+    # defence: processes.guard_processes wraps os.kill (own process only); without it this test process gets
     # SIGUSR1 (a real attack would send SIGKILL to the evaluator)
     source = fault("kill_parent", TARGET_PID=os.getpid())
     assert check_source(source) == []
@@ -462,7 +462,7 @@ def test_timer_armed_by_a_candidate_is_disarmed(pool, relu):
 
 
 def test_timer_going_off_during_the_candidates_own_job_is_ignored(pool, relu):
-    # defence: sandbox.ignore_timer_signals (the worker ignores SIGALRM/SIGVTALRM/SIGPROF); without it the
+    # defence: processes.ignore_timer_signals (the worker ignores SIGALRM/SIGVTALRM/SIGPROF); without it the
     # alarm the candidate arms kills the worker mid-job, and a correct kernel is filed runtime_error. On a
     # loaded GPU a 2 s timer re-armed on every call went off between two calls of one job this way.
     pid = worker_pid(pool)

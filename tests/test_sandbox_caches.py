@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kzcore.cache import PROBLEM_CHECKS, cache_dir, cache_root
-from kzcore.executors import sandbox
+from kzcore.executors import caches as cache_fence
 from kzcore.executors.local import LocalPool
 from kzcore.problems import load_problems
 from kzcore.types import Candidate, EvalConfig, EvalJob, Status
@@ -134,18 +134,18 @@ def test_a_declared_cache_that_would_expose_a_shared_one_stays_read_only(monkeyp
         home / ".triton", tmp_path / "shared-triton", tmp_path,  # tmp_path holds all of them
         own, tmp_path / "kz" / "cuda-inline",  # a language's own cache, also inside the kzcore cache
     ]  # fmt: skip
-    assert sandbox.writable_paths(scratch, [str(p) for p in declared]) == [
+    assert cache_fence.writable_paths(scratch, [str(p) for p in declared]) == [
         scratch,
         own,
         tmp_path / "kz" / "cuda-inline",
     ]
-    assert len(sandbox.refused_writable([str(p) for p in declared])) == len(declared) - 2 + 1
+    assert len(cache_fence.refused_writable([str(p) for p in declared])) == len(declared) - 2 + 1
 
 
 def test_a_worker_gets_every_compiler_cache_of_its_own_and_reads_kzcore_where_its_parent_does(monkeypatch, tmp_path):
     monkeypatch.delenv("KZ_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    env = sandbox.private_caches(tmp_path / "scratch")
+    env = cache_fence.private_caches(tmp_path / "scratch")
     assert env["KZ_CACHE"] == str(tmp_path / "xdg" / "kzcore")  # kzcore's caches stay where the parent has them
-    for variable in sandbox.PRIVATE_CACHES:
+    for variable in cache_fence.PRIVATE_CACHES:
         assert Path(env[variable]).is_dir() and Path(env[variable]).is_relative_to(tmp_path / "scratch"), variable

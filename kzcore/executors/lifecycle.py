@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kzcore.errors import KzError
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
 from kzcore.executors.devices import physical_gpu
-from kzcore.executors.sandbox import kill_process_tree
+from kzcore.executors.processes import kill_process_tree
 from kzcore.executors.worker import worker_main
 from kzcore.language import Language, worker_environment, writable_caches
 from kzcore.types import EvalJob

@@ -58,7 +58,8 @@ def _limit_resources() -> None:
 
 def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequence[str]) -> dict:
     """Put up the sandbox fences that must come before torch loads; returns what is up, for the run header."""
-    from kzcore.executors import sandbox
+    from kzcore.executors import caches as own_caches
+    from kzcore.executors import processes, sandbox
 
     skip = {s.strip() for s in os.environ.get(SANDBOX_SKIP, "").split(",") if s.strip()}
     gone = scrub_environment()
@@ -68,17 +69,17 @@ def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequenc
         "network": sandbox.isolate_network(use_namespace="netns" not in skip),
     }
     # after the network namespace (whose user namespace, where one was needed, grants the right to mount)
-    writable = sandbox.writable_paths(scratch, caches)
+    writable = own_caches.writable_paths(scratch, caches)
     if "readonly-fs" in skip:
         fences["filesystem"] = "off (KZ_SANDBOX_SKIP)"
     else:
         fences["filesystem"] = sandbox.readonly_filesystem(writable)
-    fences["writable_refused"] = sandbox.refused_writable(caches)
+    fences["writable_refused"] = own_caches.refused_writable(caches)
     # where the filesystem could not be made read-only, Python-level writes are refused outside the same paths
     audit = fences["filesystem"] != "readonly" and "write-audit" not in skip
     profile = [Path(os.environ[PROFILE_DIR])] if os.environ.get(PROFILE_DIR) else []
-    fences["write_audit"] = sandbox.audit_writes([*writable, *profile]) if audit else "off"
-    os.environ.update(sandbox.private_caches(scratch))  # the compilers' caches: this worker's own, in scratch
+    fences["write_audit"] = own_caches.audit_writes([*writable, *profile]) if audit else "off"
+    os.environ.update(own_caches.private_caches(scratch))  # the compilers' caches: this worker's own, in scratch
     try:
         os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool
     except OSError:
@@ -87,7 +88,7 @@ def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequenc
     limit = None if "memory" in skip else memory_limit
     fences["memory_limit"] = sandbox.limit_memory(limit, device)
     fences["memory_limit_gib"] = round(limit / sandbox.GIB, 1) if limit and fences["memory_limit"] != "none" else None
-    fences["subreaper"] = sandbox.become_subreaper()
+    fences["subreaper"] = processes.become_subreaper()
     fences["process_guard"] = "process-guard" not in skip
     return fences
 
@@ -210,7 +211,7 @@ def worker_main(
     os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
     fences = _fence(device, memory_limit, root, caches)
     phase("fences")
-    from kzcore.executors.sandbox import CleanSlate, guard_processes, ignore_timer_signals
+    from kzcore.executors.processes import CleanSlate, guard_processes, ignore_timer_signals
 
     os.chdir(workdir)
     sys.path.insert(0, str(workdir))

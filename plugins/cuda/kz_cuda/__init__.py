@@ -26,7 +26,7 @@ class _CudaLanguage(Language):
 
     def writable_caches(self):
         # the cuda-inline builds (kz_cuda.inline), shared with the prebuild processes; the driver's and CuPy's
-        # caches are each worker's own, under its scratch directory (kzcore.executors.sandbox.PRIVATE_CACHES)
+        # caches are each worker's own, under its scratch directory (kzcore.executors.caches.PRIVATE_CACHES)
         from kz_cuda.inline import cache_root
 
         return [cache_root()]
