@@ -23,6 +23,27 @@ from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, gather_verdicts
 from kzcore.types import Candidate, EvalJob, Problem
 
+# TRL's GRPOConfig.scale_rewards: what a group's advantages (reward - group mean) are divided by. "none": nothing
+# (Dr. GRPO); "batch": the whole batch's reward std; "group": the group's own std, which blows a group's tiny
+# spread (a speed difference, pass-rate noise) up to advantages of about +-1, as loud as correct vs wrong.
+SCALE_REWARDS = ("none", "batch", "group")
+
+
+def _scale_rewards_name(value):
+    """TRL's boolean spellings as the names it turns them into (true: "group", false: "none")."""
+    if value is True:
+        return "group"
+    if value is False:
+        return "none"
+    return value
+
+
+def _check_scale_rewards(instance, attribute, value) -> None:
+    if value not in SCALE_REWARDS:
+        raise ValueError(
+            f"scale_rewards must be one of {', '.join(repr(v) for v in SCALE_REWARDS)} (or true / false), got {value!r}"
+        )
+
 
 @attrs.frozen
 class GRPOSettings:
@@ -41,6 +62,8 @@ class GRPOSettings:
     report_to: tuple[str, ...] = ()
     logging_steps: int = 1
     gradient_checkpointing: bool = False
+    # advantages = reward - group mean, divided by nothing ("none"), the batch's std or the group's std (SCALE_REWARDS)
+    scale_rewards: str = attrs.field(default="none", converter=_scale_rewards_name, validator=_check_scale_rewards)
     # the trainer's state is saved every save_steps steps and whenever save_minutes have passed since the last
     # save (0 turns either off); an interrupted phase resumes from the newest save (kzcore.train.trl_run)
     save_steps: int = 0
@@ -102,8 +125,9 @@ class CoderReward:
         by_sample = {r.sample: r for r in map_prepared(self.pool, jobs)}
         results = [by_sample[i] for i in range(len(jobs))]
         # A group is the completions of one prompt (per-prompt id, not per problem: two prompts of one problem
-        # in a batch are two groups) in this call; every process counts calls alike.
-        verdicts = [Verdict(f"{self.calls}:{tid}", r.status, r.speedup) for tid, r in zip(task_id, results)]
+        # in a batch are two groups) in this call; every process counts calls alike. Each verdict carries its
+        # speedup's noise margin: speed differences within it pay nothing (kzcore.train.ca_grpo).
+        verdicts = [Verdict.of(f"{self.calls}:{tid}", r) for tid, r in zip(task_id, results)]
         everything, start = gather_verdicts(verdicts)
         rewards = ca_grpo_rewards(everything, self.ca_config)[start : start + len(verdicts)]
         keys = dict(zip(task_id, (f"{r.level}/{r.problem}" for r in results)))
@@ -216,7 +240,7 @@ def grpo_config(settings: GRPOSettings, output_dir: Path, quiet: bool = False):
         save_strategy="no",  # checkpoints are asked for by trl_run's callback (every N steps or minutes)
         disable_tqdm=quiet,
         gradient_checkpointing=settings.gradient_checkpointing,
-        scale_rewards="group",
+        scale_rewards=settings.scale_rewards,
         **trainer_precision(settings.use_cpu),
     )
 
@@ -290,6 +314,7 @@ def run_grpo(
         "reward_std": mean("reward_std"),
         # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)
         "frac_reward_zero_std": mean("frac_reward_zero_std"),
+        "scale_rewards": settings.scale_rewards,  # how the advantages were scaled (docs/training.md)
         **run,  # train_seconds: this run's part of the phase (after a resume, the steps after the checkpoint)
         # inside train_seconds: every generate call, end to end; None when TRL never called it (vLLM generates)
         "generation_seconds": round(timed.seconds, 3) if timed.calls else None,
