@@ -443,6 +443,36 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_decontam(args) -> int:
+    from kzcore.decontam import decontaminate, format_report, label, load_training
+
+    def load(specs, loader) -> list:
+        problems: dict[str, object] = {}
+        for spec in specs:
+            try:
+                found = loader(spec)
+            except (OSError, UnicodeDecodeError) as exc:  # a file that exists but cannot be read
+                where = getattr(exc, "filename", None) or spec
+                raise KzError(f"{where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+            for p in found:
+                problems.setdefault(label(p), p)  # a problem named by two specs is compared once
+        return list(problems.values())
+
+    train = load(args.train, lambda spec: load_training(spec, kernelbench=args.kernelbench, load=_load_problems))
+    heldout = load(args.heldout, lambda spec: _load_problems(spec, args.kernelbench))
+    report = decontaminate(train, heldout)
+    print("\n".join(format_report(report, args.worst)))
+    if args.out:
+        out = Path(args.out)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"train": args.train, "heldout": args.heldout, **report.to_json()}, indent=1))
+        except OSError as exc:
+            raise KzError(f"{out}: cannot write the report ({exc.strerror or exc})") from None
+        print(f"report: {out}")
+    return 0
+
+
 def _cmd_propose(args) -> int:
     import functools
 
@@ -474,6 +504,51 @@ def _cmd_propose(args) -> int:
     if summary.failures:
         console.print("gate failures: " + ", ".join(f"{g} {n}" for g, n in summary.failures.items()))
     return 0
+
+
+def _cmd_compose(args) -> int:
+    import os
+
+    from kzcore.jsonl import write_text_atomic
+    from kzcore.problems import KERNELBENCH_ENV
+    from kzcore.proposer.catalog import load_catalog
+    from kzcore.proposer.composer import compose
+
+    catalog = load_catalog(*args.catalog)
+    apis = [a.strip() for a in args.apis.split(",") if a.strip()] if args.apis else None
+    shipped = str(KERNELBENCH_DATA) if KERNELBENCH_DATA.is_dir() else None  # this checkout's copy
+    kernelbench = args.kernelbench or os.environ.get(KERNELBENCH_ENV) or shipped
+    heldout = [p for spec in args.heldout for p in _load_problems(spec, kernelbench)]
+    result = compose(catalog, per_api=args.per_api, seed=args.seed, apis=apis, heldout=heldout)
+    out = Path(args.out)
+    write_text_atomic(out, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+    table = {"heldout": list(args.heldout), "seed": args.seed, **result.coverage_table(catalog)}
+    coverage = out.with_name(out.stem + ".coverage.json")
+    write_text_atomic(coverage, json.dumps(table, indent=1) + "\n")
+    print(
+        f"{table['modules']} verified modules covering {table['covered']} of {table['catalog_apis']} catalog APIs "
+        f"-> {out} (coverage table: {coverage})"
+    )
+    print(
+        f"{result.candidates} candidates; dropped at a gate: {result.failures or 'none'}; empty slots: {result.missing}"
+    )
+    if result.decontaminated is None:
+        print("no decontamination: --heldout named no held-out problems")
+    else:
+        print(
+            f"{result.decontaminated} candidates dropped as near duplicates of {' '.join(args.heldout)} (kzcore.decontam)"
+        )
+    if table["uncovered"]:
+        print(f"uncovered: {', '.join(table['uncovered'])}")
+    if args.sft:
+        from kzcore.proposer.prompt import cold_start_rows, load_examples
+
+        rows, counts = cold_start_rows(
+            [m.to_problem() for m in result.modules], catalog, load_examples(catalog), args.seed
+        )
+        write_text_atomic(Path(args.sft), "".join(json.dumps(r) + "\n" for r in rows))
+        print(f"Proposer cold-start SFT rows: {counts['rows']} -> {args.sft}")
+    return 0 if result.modules else 1
 
 
 def _cmd_pool(args) -> int:
@@ -638,6 +713,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+KERNELBENCH_DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "kernelbench"
 KERNELBENCH_HELP = "KernelBench checkout for --problems kernelbench[:levels] (default: $KZ_KERNELBENCH)"
 INCLUDE_DEGENERATE_HELP = "count problems that failed the problem check (degenerate outputs) in the scores"
 
@@ -669,6 +745,8 @@ def _plugin_commands(sub, pm) -> None:
 
 
 def _builtin_commands(sub) -> None:
+    from kzcore.decontam import WORST_PAIRS
+
     sub.add_parser(
         "plugins", help="list loaded plugins, their hooks and what each registers",
         description="The plugins kz loaded (entry points of the 'kzcore' group and the built-ins), the hooks each "
@@ -800,6 +878,29 @@ def _builtin_commands(sub) -> None:
     sf.add_argument("--quiet", action="store_true", help="one line per step, no progress bars or metric dicts")
     sf.set_defaults(func=_cmd_sft)
 
+    dc = sub.add_parser(
+        "decontam", help="held-out problems with a near-duplicate among training problems: clean vs contaminated",
+        description="Compare every training problem's reference source with every held-out problem's by one "
+        "fixed rule (kzcore.decontam: normalised-token similarity, and the set of torch ops used; "
+        "docs/decontamination.md) and split the held-out problems into clean and contaminated. Prints the "
+        "counts and the most similar near-duplicate pairs; --out writes them all as JSON.",
+    )  # fmt: skip
+    dc.add_argument(
+        "--train", nargs="+", required=True, metavar="SPEC",
+        help="training problems: suites, paths or .jsonl files (a cold start's problems.jsonl), "
+        "pool:FILE (a task pool's accepted modules), variants[:SUITE] (the generated variants)",
+    )  # fmt: skip
+    dc.add_argument(
+        "--heldout", nargs="+", required=True, metavar="SPEC", help="held-out problems, e.g. kernelbench:1 kernelbench:2"
+    )  # fmt: skip
+    dc.add_argument("--out", default=None, metavar="FILE.json", help="also write the report as JSON")
+    dc.add_argument("--worst", type=int, default=WORST_PAIRS, metavar="N", help="near-duplicate pairs to print")
+    dc.add_argument(
+        "--kernelbench", default=None, metavar="PATH",
+        help="KernelBench checkout for kernelbench[:levels] specs (default: $KZ_KERNELBENCH)",
+    )  # fmt: skip
+    dc.set_defaults(func=_cmd_decontam)
+
     pr = sub.add_parser(
         "propose", help="Proposer: API sets -> modules -> gates -> task pool",
         description="The Proposer: sample sets of PyTorch APIs from the catalog, ask a policy for a problem "
@@ -825,6 +926,31 @@ def _builtin_commands(sub) -> None:
     )  # fmt: skip
     pr.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
     pr.set_defaults(func=_cmd_propose)
+
+    co = sub.add_parser(
+        "compose", help="verified Proposer cold-start modules composed from the API catalog",
+        description="For every API of the catalog, compose KernelBench-format modules from its signature (the "
+        "API alone, and chained with one or two other catalog APIs whose shapes fit), keep only those that pass "
+        "every Proposer gate (AST gate for their API set, distinct dedup key, runs, deterministic, finite, not "
+        "degenerate, on this CPU at their small profile) and are no near duplicate of a --heldout problem "
+        "(kzcore.decontam), and write them as a problem JSONL (--problems, [problems] tasks, [proposer] "
+        "cold_start_modules) with a coverage table beside it (OUT.coverage.json).",
+    )  # fmt: skip
+    co.add_argument("--out", default="runs/composed.jsonl", help="problem JSONL to write (replaced)")
+    co.add_argument("--per-api", type=int, default=3, help="modules per catalog API")
+    co.add_argument("--seed", type=int, default=0, help="seed for partners, families and sizes")
+    co.add_argument("--apis", default=None, metavar="A,B", help="only these catalog APIs (default: all)")
+    co.add_argument("--catalog", action="append", default=[], help="extra catalog JSON files (repeatable)")
+    co.add_argument(
+        "--heldout", nargs="*", default=["kernelbench:1", "kernelbench:2"], metavar="SPEC",
+        help="held-out problems no module may near-duplicate (none: no decontamination)",
+    )  # fmt: skip
+    co.add_argument(
+        "--kernelbench", default=None, metavar="PATH",
+        help="KernelBench checkout for kernelbench specs (default: $KZ_KERNELBENCH, else bench/data/kernelbench)",
+    )  # fmt: skip
+    co.add_argument("--sft", default=None, metavar="FILE.jsonl", help="also write the Proposer cold-start SFT rows")
+    co.set_defaults(func=_cmd_compose)
 
     po = sub.add_parser(
         "pool", help="task pool tools",

@@ -199,10 +199,9 @@ class EvalConfig:
         attrs.validators.ge(1),
     )  # fmt: skip
     # Before each placement's timed pairs, flush L2 until the flush takes its quiet time again (at most this
-    # long): on an H200 a job's first 20-40 ms of timing read slow, one worker alone too, and another process's
-    # cudaMalloc/cudaFree slowed timed memory-bound kernels by 4-13 %. With 50 ms the placements slow on both
-    # sides fell from 48 and 22 in a full ground-truth run to 5 (and to 0 of 440 in a 14-kernel run with the
-    # median test of kzcore.builtins.timing.settle)
+    # long): on an H200 a job's first 20-40 ms of timing read slow, with one worker too, and another process's
+    # cudaMalloc/cudaFree slows timed memory-bound kernels by 4-13 %; 50 ms lets nearly every placement start
+    # on a quiet GPU (kzcore.builtins.timing.settle)
     settle_ms: float = _setting(
         50.0, "ms the timer may wait, before each placement, for the L2 flush to take its quiet time (GPU; 0: off)",
         attrs.validators.ge(0),

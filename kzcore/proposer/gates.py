@@ -311,6 +311,38 @@ def check_ast(
     return AstCheck(GateResult(True), used)
 
 
+# How far a module that failed a gate got, in order: the graded gate-failure reward ([proposer]
+# graded_gate_reward, docs/proposer.md) pays a later stage more. Index = failure_stage().
+FAILURE_STAGES = (
+    "no parse",  # or no code block
+    "no Model/forward/get_inputs",  # parses, but lacks class Model with forward, get_inputs or get_init_inputs
+    "requested API missing",  # has that structure, but does not use every requested API
+    "did not run",  # uses the requested APIs; unsafe, no small profile, a duplicate, or failed to run
+    "ran, but nondeterministic, non-finite or degenerate",
+)
+GRADED_REWARDS = (-1.0, -0.8, -0.6, -0.4, -0.2)  # the default reward of each stage: in [-1, 0), increasing
+
+
+def failure_stage(code: str, requested: Sequence[str], catalog: Catalog, failed_gate: str | None) -> int:
+    """The index in FAILURE_STAGES of a module that failed ``failed_gate``: read from the gate for the runtime
+    gates and dedup, re-derived from the code when the AST gate failed (its one verdict covers parsing,
+    structure, safety, the size profile and the requested APIs)."""
+    if failed_gate in (DETERMINISTIC, FINITE, DEGENERATE):
+        return 4
+    if failed_gate in (RUNS, DUPLICATE):
+        return 3
+    try:
+        tree = ast.parse(code) if code.strip() else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is None:
+        return 0
+    if _structure_problem(tree, require_small_profile=False):
+        return 1
+    used = apis_used(tree, catalog)
+    return 2 if any(name not in used for name in requested) else 3
+
+
 def _short(spelling: str) -> str:
     return spelling.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
 

@@ -4,14 +4,17 @@ KernelZero feedback from Coder to Proposer). Pure functions of the catalog, the 
 
 from __future__ import annotations
 
+import ast
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from kzcore.errors import KzError
 from kzcore.proposer.catalog import Catalog
-from kzcore.proposer.pool import TaskRecord
+from kzcore.proposer.gates import GATE_ORDER, GateResult, apis_used
+from kzcore.proposer.pool import PassRate, TaskRecord
+from kzcore.types import Problem
 
 
 class SamplerError(KzError):
@@ -74,6 +77,45 @@ def api_weights(catalog: Catalog, history: Sequence[TaskRecord], failure_boost: 
     return {
         api.name: 1.0 + failure_boost * total.get(api.name, 0.0) / (count.get(api.name, 0) + 1) for api in catalog.apis
     }
+
+
+def task_api_set(problem: Problem, catalog: Catalog) -> tuple[str, ...]:
+    """The catalog APIs a task's reference source uses, found as the AST gate finds them (catalog order; none
+    when the source does not parse)."""
+    try:
+        return apis_used(ast.parse(problem.source), catalog)
+    except (SyntaxError, ValueError, RecursionError):
+        return ()
+
+
+def coder_task_records(
+    problems: Sequence[Problem], results: Mapping[str, tuple[int, int, int]], catalog: Catalog
+) -> list[TaskRecord]:
+    """History rows for the Coder's tasks that are not pool modules (built-in, cold-start, variant and composed
+    problems): each with its API set (`task_api_set`) and its latest result ``results["level/name"] = (round,
+    passed, k)``, as an accepted task, so that the Coder's failures on it raise its APIs' weights and replay its
+    API set as a pool task's would. Tasks without a result or without a catalog API make no row; the rows are
+    never written to the pool."""
+    rows = []
+    for problem in problems:
+        result = results.get(f"{problem.level}/{problem.name}")
+        apis = task_api_set(problem, catalog)
+        if result is None or not apis:
+            continue
+        round_, passed, k = result
+        rows.append(
+            TaskRecord(
+                id=f"task:{problem.level}/{problem.name}",
+                apis=apis,
+                level=problem.level,
+                code=problem.source,
+                gates={gate: GateResult(True) for gate in GATE_ORDER},
+                pass_rates=(PassRate(round_, k, passed),),
+                provenance={"source": "coder task"},
+                apis_used=apis,
+            )
+        )
+    return rows
 
 
 def failed_api_sets(history: Sequence[TaskRecord], fail_threshold: float = 0.25) -> list[tuple[tuple[str, ...], float]]:

@@ -110,11 +110,48 @@ class ProposerSection:
     # a curriculum for the API sets: an API that no Proposer example, [problems] tasks problem or accepted module
     # uses is drawn this much as often (kzcore.proposer.sampler); 1: every API alike (the method's draw)
     unseen_weight: float = attrs.field(default=1.0)
+    # more modules for the Proposer's cold start (a problem spec: `kz compose`'s JSONL of verified modules built
+    # from the catalog): added to the cold start's problems in cold_start_steps' SFT rows and in the curriculum's
+    # known APIs; "": none
+    cold_start_modules: str = ""
+    # a departure from the method (docs/proposer.md): false pays every gate failure gate_penalty (the method);
+    # true pays by how far the module got (kzcore.proposer.gates.FAILURE_STAGES: no parse < no Model/forward/
+    # get_inputs < a requested API missing < did not run < ran but nondeterministic, non-finite or degenerate)
+    # with GRADED_REWARDS (-1, -0.8, -0.6, -0.4, -0.2); a list of 5 increasing rewards in [-1, 0) sets them
+    graded_gate_reward: bool | tuple[float, ...] = attrs.field(default=False)
 
     @unseen_weight.validator
     def _unseen(self, attribute, value) -> None:
         if not 0.0 < value <= 1.0:
             raise ValueError(f"unseen_weight must lie in (0, 1], got {value!r}")
+
+    @graded_gate_reward.validator
+    def _graded(self, attribute, value) -> None:
+        from kzcore.proposer.gates import FAILURE_STAGES
+
+        grades = self.gate_grades
+        numbers = all(isinstance(g, (int, float)) and not isinstance(g, bool) and -1.0 <= g < 0.0 for g in grades)
+        increasing = all(a < b for a, b in zip(grades, grades[1:]))
+        if not isinstance(value, bool) and not (len(grades) == len(FAILURE_STAGES) and numbers and increasing):
+            raise ValueError(
+                f"graded_gate_reward must be true, false or {len(FAILURE_STAGES)} increasing rewards in [-1, 0), "
+                f"one per stage a failed module reached ({'; '.join(FAILURE_STAGES)}), got {value!r}"
+            )
+        if grades and max(grades) >= self.at_edges:
+            raise ValueError(
+                f"graded_gate_reward: every grade ({', '.join(map(str, grades))}) must be below at_edges "
+                f"({self.at_edges}), so that an accepted module pays more than any failed one"
+            )
+
+    @property
+    def gate_grades(self) -> tuple[float, ...]:
+        """The graded gate-failure rewards by stage (kzcore.proposer.gates.failure_stage); () when off."""
+        from kzcore.proposer.gates import GRADED_REWARDS
+
+        value = self.graded_gate_reward
+        if isinstance(value, bool):
+            return GRADED_REWARDS if value else ()
+        return tuple(value)
 
 
 @attrs.frozen
@@ -164,6 +201,11 @@ class HeldoutSection:
     # [problems] tasks with a fixed seed, the same in every run of a config (a training-side curve that does not
     # depend on which tasks each round drew); 0: none
     probe: int = 0
+    # held-out problems against the training problems by kzcore.decontam's rule (docs/decontamination.md):
+    # "off"; "report": the clean / contaminated split goes into RUN/decontamination.json and the plan, and every
+    # held-out evaluation also scores the clean subset (heldout_clean_pass@k); "drop-train": the same, and the
+    # training problems that near-duplicate a held-out problem are left out of training
+    decontaminate: typing.Literal["off", "report", "drop-train"] = "off"
 
 
 @attrs.frozen

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import attrs
@@ -76,15 +77,16 @@ def distill(
     keep_reasoning: bool = True,
     max_new_tokens: int = 4096,
     pm=None,
+    drop_variants: Collection[str] = (),
 ) -> DistillSummary:
     """Write ``out_dir/sft.jsonl`` from the verified teacher outputs and, with ``variants=N``, from up to N
-    verified variant problems (chosen by ``variant_seed``, none derived from the names in ``exclude``);
-    returns counts and paths."""
+    verified variant problems (chosen by ``variant_seed``, none derived from the names in ``exclude`` and none
+    named in ``drop_variants``); returns counts and paths."""
     if (teacher is None) == (solutions is None):
         raise ValueError("distill needs exactly one of teacher= or solutions=")
     pm = pm or get_plugin_manager()
     out_dir.mkdir(parents=True, exist_ok=True)
-    generated, pool = _variants(problems, languages, solutions, variants, variant_seed, exclude, pm)
+    generated, pool = _variants(problems, languages, solutions, variants, variant_seed, exclude, pm, drop_variants)
     by_variant = {v.name: v for v in pool}
     all_problems = problems + [v.problem for v in pool]
     by_key = {(p.level, p.name): p for p in all_problems}
@@ -189,10 +191,17 @@ def _teacher_name(teacher: Policy | None, solutions: str | None, variant) -> str
     return getattr(teacher, "name", None) if teacher else f"solutions:{solutions}"
 
 
-def _variants(problems, languages, solutions, count, seed, exclude, pm):
-    """(every variant not derived from a held-out name, the at most ``count`` of them chosen by ``seed``)."""
+def allowed_variants(problems, languages, solutions, exclude, pm=None, drop=()) -> list[variant_gen.Variant]:
+    """Every variant of ``problems`` distillation may choose from: none derived from a held-out name in
+    ``exclude`` (kzcore.train.variants.exclude_heldout), none named in ``drop``."""
+    suite = solutions if solutions and not Path(solutions).exists() else "builtin"
+    generated = variant_gen.generate(problems, languages, suite=suite, pm=pm)
+    return [v for v in variant_gen.exclude_heldout(generated, list(exclude)) if v.name not in drop]
+
+
+def _variants(problems, languages, solutions, count, seed, exclude, pm, drop=()):
+    """(every allowed variant, the at most ``count`` of them chosen by ``seed``)."""
     if not count:
         return [], []
-    suite = solutions if solutions and not Path(solutions).exists() else "builtin"
-    allowed = variant_gen.exclude_heldout(variant_gen.generate(problems, languages, suite=suite, pm=pm), list(exclude))
+    allowed = allowed_variants(problems, languages, solutions, exclude, pm, drop)
     return allowed, variant_gen.choose(allowed, count, seed)

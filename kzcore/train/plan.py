@@ -55,6 +55,8 @@ def batch_layout(settings, processes: int, role: str) -> dict:
         "group_size": settings.num_generations,
         "max_completion_length": settings.max_completion_length,
         "generation": f"vLLM ({settings.vllm_mode})" if settings.use_vllm else "transformers generate",
+        # what TRL divides a group's advantages (reward - group mean) by: "none", the batch's or the group's std
+        "scale_rewards": settings.scale_rewards,
     }
 
 
@@ -143,8 +145,16 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             "base": config.heldout.base,
             "probe": config.heldout.probe,
         },
+        "decontaminate": _decontamination(config, pm),
         "proposer_cold_start_steps": config.proposer.cold_start_steps,
         "proposer_unseen_weight": config.proposer.unseen_weight,
+        # the Proposer's cold-start modules beyond the cold start's problems (kz compose), and their count here
+        "proposer_cold_start_modules": (
+            _problems([config.proposer.cold_start_modules], pm) if config.proposer.cold_start_modules else {}
+        ),
+        # a departure from the method: gate failures graded by the stage reached ([] = the method's gate_penalty)
+        "proposer_graded_gate_reward": list(config.proposer.gate_grades),
+        "proposer_gate_penalty": config.proposer.gate_penalty,
         "calibrate": config.task_mix.calibrate,
         "warnings": (
             [
@@ -156,6 +166,30 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         ),
     }
     return plan
+
+
+def _decontamination(config: TrainConfig, pm) -> dict:
+    """``[heldout] decontaminate``: the mode and, unless "off", the counts of kzcore.decontam's report on the
+    problems named here (the Proposer's modules are judged during the run), the training problems "drop-train"
+    would leave out, or why the report cannot be made here (a problem set missing)."""
+    mode = config.heldout.decontaminate
+    if mode == "off":
+        return {"mode": mode}
+    from kzcore.decontam import decontaminate, label
+    from kzcore.problems import load_problems
+    from kzcore.train.trainer import heldout_problems, training_problems
+
+    try:
+        heldout = heldout_problems(config, pm)
+        held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
+        coldstart = [p for p in load_problems(config.problems.coldstart, pm=pm) if (p.level, p.name) not in held]
+        report = decontaminate(training_problems(config, coldstart, heldout, pm), heldout)
+    except KzError as exc:
+        return {"mode": mode, "missing": str(exc)}
+    out = {"mode": mode, **report.counts()}
+    if mode == "drop-train":
+        out["dropped_train"] = sorted(label(p) for p in report.near_train)
+    return out
 
 
 def _evaluator(config: TrainConfig, processes: int) -> dict:
@@ -175,6 +209,13 @@ def _evaluator(config: TrainConfig, processes: int) -> dict:
     }
 
 
+SCALE_WORDS = {
+    "none": "advantages = reward - group mean (scale_rewards none)",
+    "batch": "advantages = (reward - group mean) / batch std (scale_rewards batch)",
+    "group": "advantages = (reward - group mean) / group std (scale_rewards group)",
+}
+
+
 def format_plan(plan: dict) -> list[str]:
     """The plan as lines for a terminal."""
     lines = [f"processes: {plan['processes']} (one GPU each)"]
@@ -190,7 +231,7 @@ def format_plan(plan: dict) -> list[str]:
         lines.append(
             f"{label} step: {b['prompts_per_step']} prompt(s) x {b['group_size']} = {b['completions_per_step']} completions "
             f"({b['completions_per_process']} per process, groups gathered across processes), "
-            f"<= {b['max_completion_length']} tokens, {b['generation']}"
+            f"<= {b['max_completion_length']} tokens, {b['generation']}; {SCALE_WORDS[b['scale_rewards']]}"
         )
     e = plan["evaluator"]
     lines.append(f"evaluator: {e['executor']}, {e['placement']}")
@@ -206,11 +247,28 @@ def format_plan(plan: dict) -> list[str]:
         + "SFT and every Coder phase"
         + (f"; with {h['probe']} fixed training problems (the probe)" if h["probe"] else "")
     )
+    d = plan["decontaminate"]
+    if "missing" in d:
+        lines.append(f"decontamination ({d['mode']}): not computed here ({d['missing']})")
+    elif d["mode"] != "off":
+        lines.append(
+            f"decontamination ({d['mode']}): {d['contaminated']} of {d['heldout']} held-out problems near-duplicate "
+            f"one of {d['train']} training problems, {d['clean']} clean (held-out scores also on the clean ones)"
+            + (f"; {len(d['dropped_train'])} training problems left out" if d["mode"] == "drop-train" else "")
+        )
     if plan["calibrate"]:
         lines.append(f"Coder tasks calibrated before the first Coder phase: {plan['calibrate']} samples of each")
     if plan["proposer_cold_start_steps"]:
         lines.append(
             f"Proposer cold start: {plan['proposer_cold_start_steps']} SFT steps on the cold start's modules, in the SFT phase"
+        )
+    for spec, count in plan["proposer_cold_start_modules"].items():
+        lines.append(f"Proposer cold-start modules {spec}: {count}")
+    if plan["proposer_graded_gate_reward"]:
+        grades = ", ".join(f"{g:g}" for g in plan["proposer_graded_gate_reward"])
+        lines.append(
+            f"Proposer gate failures graded by the stage reached ({grades}), not the method's gate_penalty "
+            f"{plan['proposer_gate_penalty']:g}"
         )
     if plan["proposer_unseen_weight"] != 1.0:
         lines.append(

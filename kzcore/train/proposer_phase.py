@@ -24,11 +24,11 @@ from kzcore.jsonl import read_jsonl, write_text_atomic
 from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
-from kzcore.proposer.gates import AstGateConfig, apis_used
+from kzcore.proposer.gates import AstGateConfig, apis_used, failure_stage
 from kzcore.proposer.pool import PassRate, TaskRecord, append_records, read_pool
 from kzcore.proposer.prompt import load_examples
 from kzcore.proposer.propose import ProposerRun
-from kzcore.proposer.sampler import SamplerConfig
+from kzcore.proposer.sampler import SamplerConfig, coder_task_records
 from kzcore.rewards import frontier_reward, gate_failure_reward
 from kzcore.train.coder import completion_text, keep_steps_before, run_grpo
 from kzcore.types import Candidate, EvalJob, Phase
@@ -77,8 +77,12 @@ class ProposerReward:
         keep_steps_before(self.log_path, step)
 
     def reward(self, record: TaskRecord) -> float:
+        """The frontier reward of an accepted module's pass rate; for a failed one the gate penalty, or with
+        ``[proposer] graded_gate_reward`` the grade of the stage it reached (gates.FAILURE_STAGES)."""
         s = self.settings
         if not record.accepted:
+            if s.gate_grades:
+                return s.gate_grades[failure_stage(record.code, record.apis, self.run.catalog, record.failed_gate)]
             return gate_failure_reward(s.gate_penalty)
         return frontier_reward(record.latest_pass_rate, shape=s.shape, at_edges=s.at_edges, gate_penalty=s.gate_penalty)
 
@@ -157,12 +161,15 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     seed = cfg.run.seed + 1000 * phase.round
     catalog = load_catalog()
     history = read_pool(trainer.pool_path()) if trainer.pool_path().exists() else []
+    # the Coder's results on its other tasks (built-in, cold-start, variant, composed) weight the draw too
+    results = trainer.task_results()
+    coder_tasks = coder_task_records(trainer.tasks, results, catalog) if results else []
     examples = load_examples(catalog, pm=trainer.pm)
     unseen = cfg.proposer.unseen_weight
     known: frozenset[str] = frozenset()
     if unseen != 1.0:  # what the Proposer has seen: its prompt's examples (APIs known), the cold start's and the
         # Coder's problems (the "coldstart" tasks are among the cold start's: each module parsed once)
-        problems = {(p.level, p.name): p for p in [*trainer.coldstart_problems(), *trainer.tasks]}
+        problems = {(p.level, p.name): p for p in [*trainer.proposer_cold_start_problems(), *trainer.tasks]}
         known = known.union(*(apis for _, apis in examples)) | known_apis(catalog, problems.values())
     sampler = SamplerConfig(
         min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1], known_apis=known, unseen_weight=unseen
@@ -171,7 +178,7 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
         policy="proposer", catalog=catalog, seed=seed, round=phase.round,
         check_problems=functools.partial(check_problems, pool=trainer.pool), config=cfg.eval, sampler=sampler,
         params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
-        example_pool=examples, history=history,
+        example_pool=examples, history=history + coder_tasks,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
     )  # fmt: skip
     n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
@@ -200,6 +207,7 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
     if unseen != 1.0:
         metrics["known_apis"] = len(known)
+    metrics["coder_tasks_weighting"] = len(coder_tasks)  # Coder tasks (not pool modules) in the API draw's history
     return metrics
 
 

@@ -71,19 +71,23 @@ def already_sampled(path: Path, problems: list[Problem], language: str) -> int:
 def prompts_per_call(policy, n: int, default: int = 8) -> int:
     """Prompts per ``generate`` call so that their ``n`` samples each fill the policy's batch (``batch_size``
     rows, where the policy has one): a batch decodes until its longest row ends, so half-full batches cost
-    nearly as much as full ones (on 2026-12-02, 4 samples of 8 prompts made batches of 32 of the 64 rows the
-    H200 decoded at once). Policies without a row batch keep ``default`` prompts a call."""
+    nearly as much as full ones (8 prompts of 4 samples fill 32 of a 64-row batch). Policies without a row
+    batch keep ``default`` prompts a call."""
     rows = getattr(policy, "batch_size", None)
     if not isinstance(rows, int) or rows < 1:
         return default
     return max(1, rows // max(1, n))
 
 
-def score_problems(trainer, policy, problems: list[Problem], language: str, out: Path, where: str, prefix: str) -> dict:
+def score_problems(
+    trainer, policy, problems: list[Problem], language: str, out: Path, where: str, prefix: str, clean=None
+) -> dict:
     """Metrics ``{prefix}_{language}[_l{level}]_pass@k`` / ``_fast_1@k`` (for each ``[heldout] k`` <= n) and
     ``{prefix}_{language}_statuses`` of ``policy`` on ``problems``, sampled with the ``[heldout]`` settings;
     the files are named as ``sample_and_evaluate`` says, prefixed ``{prefix}-`` unless ``prefix`` is
-    "heldout"."""
+    "heldout". With ``clean`` (the problems among them that decontamination found no near-duplicate of,
+    kzcore.decontam), the same results also give ``{prefix}_{language}_clean_pass@k`` / ``_clean_fast_1@k``
+    over those alone and their count ``{prefix}_{language}_clean_problems``: no more sampling."""
     cfg = trainer.config.heldout
     params = SamplingParams(
         n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=trainer.config.run.seed
@@ -97,6 +101,14 @@ def score_problems(trainer, policy, problems: list[Problem], language: str, out:
             key = language if level == "all" else f"{language}_l{level}"
             metrics[f"{prefix}_{key}_pass@{k}"] = row["pass@k"]
             metrics[f"{prefix}_{key}_fast_1@{k}"] = row["fast_1"]  # None when nothing was timed
+    if clean is not None:
+        keep = {(p.level, p.name) for p in clean}
+        metrics[f"{prefix}_{language}_clean_problems"] = len(keep)
+        kept = [r for r in results if (r.level, r.problem) in keep]
+        for k in (k for k in cfg.k if k <= cfg.n):
+            row = summarize(kept, k=k, problems=sorted(keep))["all"]
+            metrics[f"{prefix}_{language}_clean_pass@{k}"] = row["pass@k"] if keep else None
+            metrics[f"{prefix}_{language}_clean_fast_1@{k}"] = row["fast_1"] if keep else None
     return metrics
 
 

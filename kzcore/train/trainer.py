@@ -18,6 +18,7 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.decontam import decontaminate, label
 from kzcore.errors import KzError
 from kzcore.executors import open_executor
 from kzcore.jsonl import append_jsonl, read_jsonl
@@ -29,13 +30,14 @@ from kzcore.rewards import frontier_reward
 from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import COLDSTART_TASKS, TrainConfig
 from kzcore.train.curves import plot_curves
-from kzcore.train.distill import PROBLEMS_FILE, distill
+from kzcore.train.distill import PROBLEMS_FILE, allowed_variants, distill
 from kzcore.train.schedule import phase_id, read_state, run_schedule
 from kzcore.train.scoring import calibrate_tasks, score_problems
 from kzcore.train.sft import run_sft
 from kzcore.types import Phase, Problem
 
 TASK_RATES = "task_rates.jsonl"
+DECONTAMINATION = "decontamination.json"  # RUN/decontamination.json: [heldout] decontaminate's report
 PROPOSER_COLD_START = "proposer"  # the SFT phase's Proposer model, beside its Coder model
 
 
@@ -62,6 +64,34 @@ def _load_all(specs, pm) -> list[Problem]:
     return [p for spec in specs for p in load_problems(spec, pm=pm)]
 
 
+def heldout_problems(config: TrainConfig, pm) -> list[Problem]:
+    """The ``[problems] heldout`` problems, only those named in ``heldout_names`` when it names any."""
+    heldout = _load_all(config.problems.heldout, pm)
+    if config.problems.heldout_names:
+        heldout = [p for p in heldout if p.name in config.problems.heldout_names]
+    return heldout
+
+
+def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: list[Problem], pm) -> list[Problem]:
+    """What ``[heldout] decontaminate`` compares with the held-out problems before the run: the cold start's
+    problems ``coldstart``, the ``[problems] tasks`` problems (unless "coldstart": those are cold-start problems)
+    and, with ``[distill] variants``, every variant distillation may choose from; with ``exclude_heldout``
+    none of the held-out ones; each once. The Proposer's modules are judged when the Coder's tasks are drawn
+    from the pool (`Trainer.coder_tasks`)."""
+    held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
+    problems = list(coldstart)
+    if config.problems.tasks != COLDSTART_TASKS:
+        problems += [p for p in load_problems(config.problems.tasks, pm=pm) if (p.level, p.name) not in held]
+    if config.distill.variants:
+        kind, _, arg = config.distill.teacher.partition(":")
+        variants = allowed_variants(
+            coldstart, list(config.plugins.languages), arg if kind == "solutions" else None,
+            [p.name for p in heldout], pm=pm,
+        )  # fmt: skip
+        problems += [v.problem for v in variants]
+    return list({label(p): p for p in problems}.values())
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, pm=None, log=print):
         self.config = config
@@ -70,9 +100,7 @@ class Trainer:
         self.run_dir = Path(config.run.dir)
         self.language = config.plugins.languages[0]
         self._pool = None
-        heldout = _load_all(config.problems.heldout, self.pm)
-        if config.problems.heldout_names:
-            heldout = [p for p in heldout if p.name in config.problems.heldout_names]
+        heldout = heldout_problems(config, self.pm)
         self.heldout = heldout
         held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
         self.coldstart = [
@@ -80,6 +108,16 @@ class Trainer:
         ]
         self._held = held
         self._tasks: list[Problem] | None = None
+        # [heldout] decontaminate: the report of the training problems against the held-out ones
+        # (kzcore.decontam), and with "drop-train" the training problems left out as near-duplicates
+        self.decontam = None
+        self._near: set[tuple[int, str]] = set()
+        self._pool_near: dict[str, bool] = {}  # pool module name -> near-duplicates a held-out problem
+        if config.heldout.decontaminate != "off" and heldout:
+            self.decontam = decontaminate(self.training_problems(), heldout)
+            if config.heldout.decontaminate == "drop-train":
+                self._near = {(p.level, p.name) for p in self.decontam.near_train}
+                self.coldstart = [p for p in self.coldstart if (p.level, p.name) not in self._near]
         self.base = resolve_checkpoint(config.models.coder, self.pm)
         if config.proposer.cold_start_steps and config.models.proposer == "same":
             raise KzError(
@@ -101,7 +139,7 @@ class Trainer:
                 problems = self._coldstart_tasks()
             else:
                 problems = load_problems(spec, pm=self.pm)
-            self._tasks = [p for p in problems if (p.level, p.name) not in self._held]
+            self._tasks = [p for p in problems if (p.level, p.name) not in self._held | self._near]
         return self._tasks
 
     @tasks.setter
@@ -122,6 +160,32 @@ class Trainer:
         if not verified:
             raise KzError(f"no cold-start problem verified in {self.language} with a solution of <= {limit} characters")
         return [p for p in load_problems(str(path), pm=self.pm) if (p.level, p.name) in verified]
+
+    def training_problems(self) -> list[Problem]:
+        """What ``[heldout] decontaminate`` compares with the held-out problems (`training_problems`)."""
+        return training_problems(self.config, self.coldstart, self.heldout, self.pm)
+
+    def pool_near_heldout(self, records) -> set[str]:
+        """The names of the task pool records among ``records`` whose module near-duplicates a held-out
+        problem (kzcore.decontam's rule; each module judged once); empty unless ``[heldout] decontaminate``."""
+        if self.decontam is None:
+            return set()
+        todo = [r for r in records if r.name not in self._pool_near]
+        if todo:
+            near = {p.name for p in decontaminate([r.to_problem() for r in todo], self.heldout).near_train}
+            self._pool_near.update({r.name: r.name in near for r in todo})
+        return {r.name for r in records if self._pool_near[r.name]}
+
+    def write_decontamination(self) -> Path | None:
+        """RUN/decontamination.json: the mode, the report (counts, the rule's constants, every near-duplicate
+        pair, each clean problem's nearest training problem) and the training problems left out."""
+        if self.decontam is None:
+            return None
+        path = self.run_dir / DECONTAMINATION
+        dropped = sorted(label(p) for p in self.decontam.near_train) if self._near else []
+        row = {"mode": self.config.heldout.decontaminate, **self.decontam.to_json(), "dropped_train": dropped}
+        path.write_text(json.dumps(row, indent=1))
+        return path
 
     @property
     def distill_dir(self) -> Path:
@@ -182,6 +246,7 @@ class Trainer:
                 template=self.config.prompts.coder_template, executor=self.pool,
                 variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=[p.name for p in self.heldout],
                 keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
+                drop_variants={name for _, name in self._near},
             )  # fmt: skip
         finally:
             if teacher is not None:
@@ -207,7 +272,13 @@ class Trainer:
         variants) once it has run, ``[problems] coldstart`` before."""
         verified = self.distill_dir / PROBLEMS_FILE
         problems = load_problems(str(verified), pm=self.pm) if verified.exists() else self.coldstart
-        return [p for p in problems if (p.level, p.name) not in self._held]
+        return [p for p in problems if (p.level, p.name) not in self._held | self._near]
+
+    def proposer_cold_start_problems(self) -> list[Problem]:
+        """The modules the Proposer's cold start shows it: the cold start's problems, and ``[proposer]
+        cold_start_modules`` (`kz compose`'s verified modules) when set."""
+        spec = self.config.proposer.cold_start_modules
+        return self.coldstart_problems() + (load_problems(spec, pm=self.pm) if spec else [])
 
     def proposer_cold_start(self, phase_dir: Path) -> dict:
         """The Proposer's cold start (``[proposer] cold_start_steps``): SFT of the Proposer's base on the cold
@@ -216,7 +287,7 @@ class Trainer:
         from kzcore.proposer.catalog import load_catalog
         from kzcore.proposer.prompt import cold_start_rows, load_examples
 
-        problems = self.coldstart_problems()
+        problems = self.proposer_cold_start_problems()
         catalog = load_catalog()
         rows, counts = cold_start_rows(problems, catalog, load_examples(catalog, pm=self.pm), seed=self.config.run.seed)
         if not rows:
@@ -252,6 +323,8 @@ class Trainer:
             quiet=self.config.run.quiet,
         )  # fmt: skip
         metrics["task_sources"] = sources
+        if self.decontam is not None:  # accepted pool modules near a held-out problem (left out with drop-train)
+            metrics["pool_near_heldout"] = len(self.pool_near_heldout(self._accepted_pool()))
         metrics.update(calibration)
         metrics["tasks_measured"] = self.record_pass_rates(phase, phase_dir / "model" / "pass_rates.json")
         metrics.update(self.evaluate_heldout(phase, phase_dir / "model"))
@@ -271,11 +344,14 @@ class Trainer:
         The newest batch is cycled through (each task once before any repeats); the other sources are drawn
         weighted toward the frontier, weight ``[task_mix] edge_weight`` (0.1) + frontier_reward(latest measured pass
         rate; unmeasured 0.5).
-        A source with no task gives its share to the newest batch, then older, then built-in tasks."""
-        from kzcore.proposer.pool import read_pool
-
+        A source with no task gives its share to the newest batch, then older, then built-in tasks. With
+        ``[heldout] decontaminate = "drop-train"``, pool modules that near-duplicate a held-out problem are not
+        drawn."""
         rng = random.Random(self.config.run.seed + round if seed is None else seed)
-        accepted = [r for r in read_pool(self.pool_path()) if r.accepted] if self.pool_path().exists() else []
+        accepted = self._accepted_pool()
+        if self.config.heldout.decontaminate == "drop-train":
+            near = self.pool_near_heldout(accepted)
+            accepted = [r for r in accepted if r.name not in near]
         newest = [r for r in accepted if r.provenance.get("round") == round]
         older = [r for r in accepted if r.provenance.get("round") != round]
         rates = self.task_rates()
@@ -306,16 +382,25 @@ class Trainer:
                 chosen += [items[i][0] for i in rng.choices(range(len(items)), weights=weights, k=want[name])]
         return chosen, {k: v for k, v in want.items() if v}
 
+    def _accepted_pool(self) -> list:
+        from kzcore.proposer.pool import read_pool
+
+        return [r for r in read_pool(self.pool_path()) if r.accepted] if self.pool_path().exists() else []
+
     def task_rates(self) -> dict[str, float]:
         """Each trained-on task's latest measured pass rate (key "level/name") from RUN/task_rates.jsonl."""
+        return {task: passed / k for task, (_, passed, k) in self.task_results().items()}
+
+    def task_results(self) -> dict[str, tuple[int, int, int]]:
+        """Each trained-on task's latest measured (round, passed, k) (key "level/name") from RUN/task_rates.jsonl."""
         path = self.run_dir / TASK_RATES
         if not path.exists():
             return {}
-        latest: dict[str, tuple[int, float]] = {}
+        latest: dict[str, tuple[int, int, int]] = {}
         for row in read_jsonl(path):
             if row["task"] not in latest or row["round"] >= latest[row["task"]][0]:
-                latest[row["task"]] = (row["round"], row["passed"] / row["k"])
-        return {task: p for task, (_, p) in latest.items()}
+                latest[row["task"]] = (row["round"], row["passed"], row["k"])
+        return latest
 
     def record_pass_rates(self, phase: Phase, tally_path: Path) -> int:
         """The Coder phase's verdicts per task (no extra sampling) as the tasks' round-``phase.round`` pass
@@ -353,24 +438,29 @@ class Trainer:
         level and overall, with the verdict mix; appended to RUN/heldout.jsonl and plotted to RUN/curves.png.
         pass@k is reported for each configured k <= n. ``heldout_pass@k`` (no language) is the first
         language's overall figure. With ``[heldout] probe``, the same for that many fixed training problems in
-        the first language, keys ``probe_...``."""
+        the first language, keys ``probe_...``. With ``[heldout] decontaminate``, the same samples scored on the
+        clean held-out problems alone too (``heldout_{language}_clean_pass@k``; ``heldout_clean_pass@k`` for the
+        first language)."""
         if not self.heldout:
             return {}
         cfg = self.config.heldout
         out = self.run_dir / "heldout" / phase_id(phase)
         languages = list(self.config.plugins.languages)
         metrics: dict = {}
+        clean = self.decontam.clean if self.decontam is not None else None
         policy = self.policy_for(checkpoint)
         try:
             for language in languages:
                 scored = score_problems(
-                    self, policy, self.heldout, language, out, f"held-out {phase_id(phase)}", "heldout"
+                    self, policy, self.heldout, language, out, f"held-out {phase_id(phase)}", "heldout", clean=clean
                 )
                 metrics.update(scored)
                 if language == languages[0]:
                     for k in (k for k in cfg.k if k <= cfg.n):
                         metrics[f"heldout_pass@{k}"] = scored[f"heldout_{language}_pass@{k}"]
                         metrics[f"heldout_fast_1@{k}"] = scored[f"heldout_{language}_fast_1@{k}"]
+                        if clean is not None:
+                            metrics[f"heldout_clean_pass@{k}"] = scored[f"heldout_{language}_clean_pass@{k}"]
             probe = self.probe_problems()
             if probe:
                 where = f"training probe {phase_id(phase)}"
@@ -418,6 +508,15 @@ class Trainer:
     def run(self, until: str | None = None) -> dict:
         """Run (or resume) the schedule; with ``until`` (a phase id), stop after that phase."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        written = self.write_decontamination()
+        if written:
+            c = self.decontam.counts()
+            self.log(
+                f"decontamination ({self.config.heldout.decontaminate}): {c['contaminated']} of {c['heldout']} "
+                f"held-out problems near-duplicate a training problem, {c['clean']} clean"
+                + (f"; {c['near_duplicate_train']} training problems left out" if self._near else "")
+                + f" ({written})"
+            )
         if self.config.run.quiet:
             from kzcore.train.trl_run import quiet_libraries
 
