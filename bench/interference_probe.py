@@ -1,11 +1,11 @@
-"""Does another process's device-memory or module traffic slow the kernels this one times? (issue 17)
+"""Does another process's device-memory or module traffic slow the kernels this one times?
 
 The evaluator's exclusive GPU lock keeps other workers' kernels out of a timing, but some of their work on
 the device runs outside any lock: returning cached memory between jobs (``release_cache``: cudaFree), the
-allocations a precompile's compile-only forward makes, loading compiled kernels into their context. On an
-H200 (2026-12-03) the ground truth's 4-worker pool saw runs of consecutive placements slow on both sides
-(8_MeanReduction at 4096 x 8192: candidate +9 %, reference +4 % for 4-6 of 8 placements, then back), which
-is what another context's work on the GPU would do to memory-bound kernels.
+allocations a precompile's compile-only forward makes, loading compiled kernels into their context. The
+ground truth's 4-worker pool can see runs of consecutive placements slow on both sides (on an H200,
+8_MeanReduction at 4096 x 8192: candidate +9 %, reference +4 % for 4-6 of 8 placements, then back), which is
+what another context's work on the GPU would do to memory-bound kernels.
 
 This probe times a reference and candidate (do_bench, median, L2 flushed) in rounds while a helper process
 does one kind of traffic in a loop, then none:

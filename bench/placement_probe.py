@@ -1,4 +1,4 @@
-"""Does a kernel's speed depend on where its inputs lie, and which placements does it see? (issue 17)
+"""Does a kernel's speed depend on where its inputs lie, and which placements does it see?
 
 For one built-in problem and its Triton solution, do_bench (median, L2 flushed) of reference and candidate on
 the first input placed three ways in one process:
@@ -12,10 +12,8 @@ the first input placed three ways in one process:
   wider physical range read the mean speed, every time (22_MatVec's allocator copies in one job were all
   slow, or mostly fast: not independent draws)? ``--page-pool 1,2,4`` tries each pool in turn (rows
   ``scrambled-p1``, ``scrambled-p2``, ``scrambled`` for 4); pool 1 only shuffles the order of the pages.
-  On the H200 (2026-12-03) no: 22_MatVec's candidate read 0.547, 0.529 and 0.509 ms on average with pools 1,
-  2 and 4 (each steady within 0.1-1 %), so the pool, not the order, sets the speed; and an evaluator that
-  timed such copies (pool 2, written and run once, then taken out) still varied 2.96 % from run to run on
-  22_MatVec, one job's copies alike, while moving three other kernels' speedups 2-4 % from do_bench's.
+  On an H200 no: the pool, not the order, set 22_MatVec's speed (docs/journal.md), so the evaluator's timer
+  does not use such copies.
 - ``phases`` (``--phases N --phase-buffers M``): M separate buffers, each read as N views of the input at
   offsets spread evenly over its length: is a buffer's mean over those offsets the same wherever it lands?
 - ``outputs``: the first placement's inputs, but each measurement's outputs on new memory (one output of
@@ -24,9 +22,9 @@ the first input placed three ways in one process:
   into another (the GPU as busy as four evaluator workers keep it), then after as long idle, each with the GPU's
   temperatures, clocks and power from nvidia-smi: does the kernel slow down as the GPU (its memory) warms?
 
-On 2026-12-03 (H200) 22_MatVec's candidate read either ~0.490 or ~0.554 ms from one allocation to the next,
-in fresh processes and within one, while its cuBLAS reference stayed within 0.1 %. This probe tells the
-evaluator's timer which placements are cheap to sample (views into one buffer cost no second copy).
+On an H200 22_MatVec's candidate reads either ~0.490 or ~0.554 ms from one allocation to the next, in fresh
+processes and within one, while its cuBLAS reference stays within 0.1 %. This probe tells the evaluator's
+timer which placements are cheap to sample (views into one buffer cost no second copy).
 
     python bench/placement_probe.py --problem 22_MatVec --out probe.json
 """

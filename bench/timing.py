@@ -429,8 +429,8 @@ def main() -> int:
 class TruthReport:
     """The ``--ground-truth`` report as it stands. Written to ``--out`` after every phase (`checkpoint`: the
     direct measurements, the placements and processes when asked for, each pool) with ``"partial": true`` and
-    the phases done, so that a run cut short keeps what it measured (2026-12-03: gpu-check's ``timeout`` ended
-    a run after 7 minutes of measurements and the report, written only at the end, was lost); the last write
+    the phases done, so that a run cut short keeps what it measured (gpu-check's ``timeout`` can end a run
+    after minutes of measurements); the last write
     (`final`) has ``"partial": false`` and self_reference."""
 
     def __init__(self, args, smoke: bool, t0: float):

@@ -15,7 +15,7 @@ its inputs were given), both sides on the same placement each time, and the mean
 A kernel's truth (`truth_for`) is do_bench, unless the host takes longer to queue a call than the GPU takes to
 flush and run it: then do_bench times the host, and the flushed graph replay is the truth.
 
-Targets (issue 17): |kz / truth - 1| <= 5 % for every kernel of >= 20 us (median over runs), speedup CV
+Targets: |kz / truth - 1| <= 5 % for every kernel of >= 20 us (median over runs), speedup CV
 <= 2 % over 5 runs with 4 workers per GPU while the other workers compile (TRITON_ALWAYS_COMPILE=1), and the
 self-reference ratio (bench/timing.py's section) within 1.00 +- 0.02.
 """
@@ -132,8 +132,8 @@ def placements(case: dict, solution_source: str, device: str, workdir: Path, cou
     """do_bench (median, L2 flushed) of reference and candidate on ``count`` separate allocations of the same
     inputs in this one process (kzcore.evaluate.placement.Placements: all made first and kept alive, so each
     lands on other memory). Separates "the kernel's speed depends on where its inputs lie"
-    from "it depends on the process" when the pool's runs disagree (issue 17: 22_MatVec's candidate read
-    0.489-0.568 ms from one worker process to the next while its reference varied < 0.6 %)."""
+    from "it depends on the process" when the pool's runs disagree (22_MatVec's candidate can read
+    0.489-0.568 ms from one worker process to the next while its reference varies < 0.6 %)."""
     import torch
 
     from kzcore.evaluate.placement import Placements
@@ -283,7 +283,7 @@ def _one_process(cases_and_sources: list, device: str, workdir: str, within: int
 def processes(cases_and_sources: list, device: str, workdir: Path, count: int, within: int = 3) -> dict:
     """do_bench of the named kernels in ``count`` fresh processes, one after another: label -> the per-process
     times and their CVs. Tells whether a kernel's speed belongs to the process it runs in (its CUDA context,
-    the memory it is given) for every timer, or only for the evaluator's (issue 17: 22_MatVec's candidate read
+    the memory it is given) for every timer, or only for the evaluator's (22_MatVec's candidate can read
     0.485-0.545 ms from one evaluator worker to the next, its reference < 1 % apart)."""
     import multiprocessing
 
@@ -686,11 +686,11 @@ def truth_for(measured: dict) -> dict:
     ahead of it, as the issue's target assumes; else the flushed graph replay (`_flushed_graph_ms`), which never
     waits on the host. do_bench queues flush, events and call back to back without waiting; when the host takes
     longer to queue one such iteration (`_iteration_host_us`) than the GPU takes to flush and run the call, the
-    GPU waits for the host and do_bench times the host. Session 11's H200 VM took ~100 us to queue a Triton launch: 1_ReLU@mid read 0.76x under
-    do_bench and 1.00x under graph replay (session 7's host: 1.00x under both). The iteration is timed once, on
-    an idle GPU, and the host's speed varies during a run: it counts ``HOST_JITTER`` times (session 12:
-    8_MeanReduction@mid's candidate iteration took the host 84 us when measured, 140-150 us during two of
-    do_bench's placements, going by what do_bench read there)."""
+    GPU waits for the host and do_bench times the host (on an H200 VM whose host took ~100 us to queue a Triton
+    launch, 1_ReLU@mid read 0.76x under do_bench and 1.00x under graph replay). The iteration is timed once, on
+    an idle GPU, and the host's speed varies during a run: it counts ``HOST_JITTER`` times (8_MeanReduction@mid's
+    candidate iteration once took the host 84 us when measured and 140-150 us during two of do_bench's
+    placements, going by what do_bench read there)."""
     host, flush_us, graph = (
         measured.get("iteration_host_us"),
         measured.get("flush_us"),

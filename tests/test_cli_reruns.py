@@ -15,7 +15,7 @@ from kzcore.jsonl import read_jsonl
 from kzcore.results import read_results
 from kzcore.sampling import sample_candidates
 from kzcore.types import Problem, Status
-from tests.test_newcomer import error_line, kz
+from tests.test_cli_subprocess import error_line, kz
 
 EVAL = ["--language", "python", "--trials", "1", "--workers", "1", "--device", "cpu"]
 

@@ -213,11 +213,12 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
     executor = object()  # the run's one executor: distillation evaluates through it
     fake = SimpleNamespace(
         config=attrs.evolve(TrainConfig(), distill=section), coldstart=[], pm=None,
-        heldout=[ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]], pool=executor,
+        heldout=[ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]], pool=executor, _near={(1, "fam_gelu")},
     )  # fmt: skip
     out = trainer_mod.Trainer.distill(fake, None, tmp_path)
     keys = ("variants", "variant_seed", "keep_reasoning", "max_new_tokens")
     assert [seen[k] for k in keys] == [7, 3, False, 512]
     assert seen["executor"] is executor
     assert seen["exclude"] == ["3_Sigmoid", "2_GELU"] and out["variants"]["triton"]["kept"] == 1
+    assert seen["drop_variants"] == {"fam_gelu"}  # [heldout] decontaminate = "drop-train"'s near-duplicates
     assert DistillSection() == DistillSection(variants=0, variant_seed=0, keep_reasoning=True, max_new_tokens=4096)

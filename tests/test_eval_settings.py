@@ -1,4 +1,4 @@
-"""Issue 18 item 6, evaluator settings defined once: EvalConfig's fields carry their help, `kz eval`'s options
+"""Evaluator settings defined once: EvalConfig's fields carry their help, `kz eval`'s options
 are generated from them and build the EvalConfig back, and docs/evaluator.md's settings table is theirs."""
 
 from __future__ import annotations

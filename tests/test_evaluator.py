@@ -406,13 +406,12 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
     assert by_sample[0]["launches"] >= CONFIG.trials and by_sample[0]["stages"]["candidate"] > 0
     assert sorted(r.key for r in read_results(out)) == sorted(r.key for r in first)
 
-    # Same keys, sources swapped: re-evaluating would flip both verdicts. Nothing runs, nothing is written,
-    # and the earlier verdicts come back.
+    # The same inputs again: nothing runs, nothing is written, the saved verdicts come back.
     before = out.read_bytes()
     starts.clear()
     again = evaluate(
         problems,
-        [cand(0, zeros), cand(1, good)],
+        [cand(0, good), cand(1, zeros)],
         CONFIG,
         out,
         workers=1,
@@ -423,11 +422,32 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
     assert {r.sample: r.status for r in again} == {0: Status.CORRECT, 1: Status.INCORRECT}
     assert out.read_bytes() == before
 
+    # Same keys, sources swapped: the saved verdicts judged other code, so they are retracted (on_stale hears
+    # which) and both candidates run again; their verdicts flip.
+    starts.clear()
+    stale = []
+    swapped = evaluate(
+        problems,
+        [cand(0, zeros), cand(1, good)],
+        CONFIG,
+        out,
+        workers=1,
+        pm=pm,
+        on_start=lambda done, todo: starts.append((done, todo)),
+        on_stale=stale.extend,
+    )
+    assert sorted(r.sample for r in stale) == [0, 1]
+    assert starts == [(0, 2)]
+    assert {r.sample: r.status for r in swapped} == {0: Status.INCORRECT, 1: Status.CORRECT}
+    assert out.read_bytes().startswith(before)
+    assert {r.sample: r.status for r in read_results(out)} == {0: Status.INCORRECT, 1: Status.CORRECT}
+
     # One new candidate among the old ones: only it runs, under a new run header.
+    after_swap = out.read_bytes()
     starts.clear()
     third = evaluate(
         problems,
-        [cand(0, good), cand(1, zeros), cand(2, adversarial("no_launch"))],
+        [cand(0, zeros), cand(1, good), cand(2, adversarial("no_launch"))],
         CONFIG,
         out,
         workers=1,
@@ -435,8 +455,7 @@ def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite,
         on_start=lambda done, todo: starts.append((done, todo)),
     )
     assert starts == [(2, 1)]
-    assert {r.sample: r.status for r in third} == {0: Status.CORRECT, 1: Status.INCORRECT, 2: Status.HACK_SUSPECTED}
-    lines = out.read_text().splitlines()
-    assert len(lines) == 5 and out.read_bytes().startswith(before)
-    assert [json.loads(line)["type"] for line in lines[3:]] == ["run", "result"]
-    assert len(read_headers(out)) == 2
+    assert {r.sample: r.status for r in third} == {0: Status.INCORRECT, 1: Status.CORRECT, 2: Status.HACK_SUSPECTED}
+    new_lines = out.read_bytes()[len(after_swap) :].decode().splitlines()
+    assert [json.loads(line)["type"] for line in new_lines] == ["run", "result"]
+    assert len(read_headers(out)) == 3

@@ -141,7 +141,8 @@ def test_illegal_memory_access_replaces_the_worker(plugins, tmp_path):
 
 def test_an_idle_worker_gives_back_the_memory_a_large_problem_took(plugins, tmp_path):
     """A worker keeps at most memory.KEEP_CACHED of the device cached between jobs (several workers and a
-    trainer share one GPU; on 2026-12-02 idle workers held 8-20 GB each and a training run ran out of memory)."""
+    trainer share one GPU: on an H200 idle workers held 8-20 GB each, and a training run beside them ran out of
+    memory)."""
     import torch
 
     from kzcore.evaluate.memory import KEEP_CACHED
@@ -215,7 +216,7 @@ def test_work_done_in_cublas_behind_a_pre_run_hook_is_hack_suspected(plugins, tm
     assert "aten.mm" in result.message or "not the candidate's own" in result.message
 
 
-# -- timing fidelity and work left on side streams (issue 17 section 1) -------------------------------------------
+# -- timing fidelity and work left on side streams ----------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["torch", "non-blocking"])
 def test_side_stream_work_is_inside_the_measurement_or_refused(kind):
     """The timer records its end event on the calling stream right after the call. Work a forward leaves running
@@ -288,7 +289,7 @@ def test_time_cuda_agrees_with_triton_do_bench_and_with_itself():
     assert abs(ours / theirs - 1.0) <= 0.05, (ours, theirs)
     # a ~17 us kernel: the launch is hidden as under CUDA-graph replay, not added as with a sync per call. A
     # timed launch would add >= 5 us (a sync per call 10-15 us); the events themselves may differ from graph
-    # replay by ~2 us (measured on an H200 2026-12-02: 19.1 vs 17.0 us), so the bound is 10 % or 3 us
+    # replay by ~2 us (on an H200: 19.1 vs 17.0 us), so the bound is 10 % or 3 us
     with torch.cuda.stream(torch.cuda.Stream()):  # graphs capture on a side stream
         replayed = do_bench_cudagraph(tiny, return_mode="median")
     warm = attrs.evolve(config, flush_l2=False)  # graph replay does not flush L2 either
@@ -308,8 +309,8 @@ def test_a_slow_host_is_not_timed_however_slow_its_launches_are():
     """A forward whose host path takes 400 us before its ~20 us kernel (a slow Python launcher, a busy CPU), and
     one that spends 60 us of host time between each of its 5 kernels, both time as their kernels' GPU time (the
     same kernels queued by a fast host under CUDA-graph replay): the cover in front of each timed call grows until
-    the host has queued the whole call before the start event fires. Before, a fixed 100 us wait let the host's
-    excess into every sample (issue 17: Triton candidates read 5-12 % slow in some worker processes)."""
+    the host has queued the whole call before the start event fires. A fixed 100 us wait would let the host's
+    excess into every sample (Triton candidates read 5-12 % slow in some worker processes that way)."""
     import attrs
     import torch
     from triton.testing import do_bench_cudagraph
@@ -371,8 +372,8 @@ def test_a_forward_that_waits_on_the_gpu_is_timed_without_hanging_and_says_so():
 
 
 def test_a_candidate_is_timed_on_each_placement_and_their_mean_is_kept(plugins, tmp_path):
-    """22_MatVec at full size on 4 placements of its 2 GiB input (its Triton candidate ran 0.48 or 0.55 ms by the
-    allocation on an H200, 2026-12-03): the result keeps each placement's medians, their mean as its timing,
+    """22_MatVec at full size on 4 placements of its 2 GiB input (its Triton candidate runs 0.48 or 0.55 ms by the
+    allocation on an H200): the result keeps each placement's medians, their mean as its timing,
     and names the spread in its note exactly when the placements differ by more than 2 %."""
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name == "22_MatVec"]

@@ -18,7 +18,7 @@ from kzcore.evaluate.runner import evaluate
 from kzcore.metrics import summarize
 from kzcore.problems import import_module_from_file, load_problems
 from kzcore.types import Candidate, EvalConfig, Status
-from tests.test_newcomer import error_line, kz
+from tests.test_cli_subprocess import error_line, kz
 
 DATA = Path(__file__).resolve().parent / "data"
 CHECKOUT = DATA / "kernelbench"

@@ -15,7 +15,7 @@ import kz_pylang
 from kzcore import Language, LaunchCounter, PromptSection, hookimpl
 from kzcore.errors import KzError
 from kzcore.evaluate import integrity
-from kzcore.executors import sandbox
+from kzcore.executors import caches
 from kzcore.executors.local import LocalPool
 from kzcore.language import own_packages, worker_environment, writable_caches
 from kzcore.plugins import languages_of
@@ -145,8 +145,8 @@ def test_bundled_languages_give_the_worker_what_was_hard_coded(monkeypatch, tmp_
     declared = [str(p) for p in writable_caches(bundled)]
     # of the declared caches only the cuda-inline builds stay writable: Triton's, the driver's and CuPy's are
     # shared with other processes (a policy's vLLM reads ~/.triton), so each worker gets its own instead
-    assert sorted(sandbox.writable_paths(scratch, declared)) == sorted([scratch, cache_root() / "cuda-inline"])
-    assert sorted(sandbox.refused_writable(declared)) == sorted(
+    assert sorted(caches.writable_paths(scratch, declared)) == sorted([scratch, cache_root() / "cuda-inline"])
+    assert sorted(caches.refused_writable(declared)) == sorted(
         [str(home / ".triton"), str(tmp_path / "TRITON_HOME" / ".triton"), str(tmp_path / "TRITON_CACHE_DIR")]
     )
 

@@ -73,7 +73,7 @@ def test_the_worker_releases_the_cache_after_each_gpu_job_only():
     assert len(calls) == 1  # inside the job loop
     guard = next(n for n in ast.walk(loop) if isinstance(n, ast.If) and calls[0] in list(ast.walk(n)))
     assert ast.unparse(guard.test) == "device == 'cuda' and (not poisoned)"  # a poisoned context is not reused
-    # before the result is sent: when the pool has a result, the worker's memory is back (the H200 run of
-    # 2026-12-02 measured 19.3 GB still held right after the result when the release came after it)
+    # before the result is sent: when the pool has a result, the worker's memory is back (released after it,
+    # an H200 worker still held 19.3 GB right after the result)
     sends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and ast.unparse(n).startswith("conn.send(('result'")]
     assert len(sends) == 1 and calls[0].lineno < sends[0].lineno

@@ -1,6 +1,6 @@
 """Each phase's CPU seconds are recorded beside its wall seconds, counting the CPU its child processes spent
 (those that ended and those still running, such as the evaluator's workers), and bench/phase_seconds.py reports
-them as JSON (issue 36: the next slowdown of the demo must show as a number)."""
+them as JSON, so that a slowdown of the demo shows as a number."""
 
 from __future__ import annotations
 

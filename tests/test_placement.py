@@ -1,4 +1,4 @@
-"""Timing on several placements of the inputs (kzcore/evaluate/placement.py; issue 17): the placements hold the
+"""Timing on several placements of the inputs (kzcore/evaluate/placement.py): the placements hold the
 same values elsewhere, the timing stage calls the timer once per placement with its share of the repetitions,
 and keeps the mean of the per-placement medians."""
 
@@ -52,7 +52,7 @@ def test_a_view_placement_is_written_just_before_it_is_yielded():
 
 def test_one_sides_copies_are_made_together_before_the_next_sides(monkeypatch):
     """Consecutive allocations take consecutive device memory: one side's copies made in one run cover a span
-    of it evenly, where copies made turn about with the other side's fall on every other block (issue 17)."""
+    of it evenly, where copies made turn about with the other side's fall on every other block."""
     from kzcore.evaluate import tensors
 
     made = []

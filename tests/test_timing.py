@@ -249,7 +249,8 @@ def test_ground_truth_bench_smoke_on_cpu(tmp_path):
 
 def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
     """do_bench times the host once queueing a call takes longer than the GPU's flush and kernel: then the
-    flushed graph replay is the truth (figures as measured on an H200 VM, session 11: a Triton launch ~100 us)."""
+    flushed graph replay is the truth (figures as measured on an H200 VM whose host took ~100 us to queue a Triton
+    launch)."""
     sys.path.insert(0, str(Path(__file__).parent.parent))
     try:
         from bench.timing_truth import truth_for
@@ -260,7 +261,7 @@ def test_the_truth_is_do_bench_unless_the_host_is_slower_than_the_gpu():
     assert truth_for(slow_launch)["truth"] == "flushed_graph"
     quick = {"iteration_host_us": {"ref": 30.0, "cand": 40.0}, "flush_us": 64.0, **graph}
     assert truth_for(quick)["truth"] == "do_bench"
-    # measured once, the host's time counts twice: session 12's 8_MeanReduction@mid, 84 us to queue against a
+    # measured once, the host's time counts twice: 8_MeanReduction@mid on an H200, 84 us to queue against a
     # 66 us flush and a 42 us kernel, and do_bench read it 1.7x slow on two of its placements
     jittery = {"iteration_host_us": {"ref": 39.1, "cand": 84.3}, "flush_us": 66.1,
                "flushed_graph": {"ref_ms": 0.0504, "cand_ms": 0.0420, "speedup": 1.2}}  # fmt: skip

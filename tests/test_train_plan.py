@@ -86,7 +86,7 @@ def test_an_unknown_language_fails_the_plan(tmp_path):
 
 def test_kz_train_dry_run_of_the_8gpu_recipe(tmp_path):
     """What CI runs: the recipe's plan prints, exit 0, and nothing is trained or written."""
-    from tests.test_newcomer import kz
+    from tests.test_cli_subprocess import kz
 
     run_dir = tmp_path / "run"
     proc = kz(
@@ -103,7 +103,7 @@ def test_kz_train_dry_run_of_the_8gpu_recipe(tmp_path):
 def test_processes_without_dry_run_is_a_usage_error(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[schedule]\nrounds = 1\n")
-    from tests.test_newcomer import kz
+    from tests.test_cli_subprocess import kz
 
     proc = kz("train", "--config", str(config), "--processes", "2")
     assert proc.returncode == 2

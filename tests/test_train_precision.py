@@ -1,8 +1,8 @@
 """On a CPU every path that loads a model to train (SFT, GRPO for the Coder and the Proposer, the bench's step)
 or to sample (the hf policy, which the smollm2 policy, distillation teachers and the trainer's held-out
 evaluation use) holds it in fp32 and computes in fp32, whatever dtype the checkpoint's config names: the
-embedded model's converted checkpoint says bfloat16, and bf16 on a 2-core CPU made the demo's SFT ~11x slower
-(issue 36). The model here is a tiny one saved in bf16, so its config says bfloat16 as the embedded one's does."""
+embedded model's converted checkpoint says bfloat16, and bf16 on a 2-core CPU makes the demo's SFT ~11x
+slower. The model here is a tiny one saved in bf16, so its config says bfloat16 as the embedded one's does."""
 
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, mo
         config=config, pm=None, pool=None, language="triton", coder_prompt=None,
         pool_path=lambda: tmp_path / "pool.jsonl", latest_checkpoint=lambda role: f"{role}-ckpt",
         policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
-        coldstart_problems=lambda: [relu], tasks=[relu], log=print,
+        coldstart_problems=lambda: [relu], proposer_cold_start_problems=lambda: [relu], tasks=[relu], log=print,
+        task_results=lambda: {},
     )  # fmt: skip
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
     (tmp_path / "phase").mkdir()

@@ -1,4 +1,4 @@
-"""Training phases resume inside a phase (issue 36): SFT and GRPO save the trainer's state every N steps or
+"""Training phases resume inside a phase: SFT and GRPO save the trainer's state every N steps or
 minutes, keep only the newest save, resume from it when the same command runs again, and say on Ctrl-C what
 was kept. The subprocess test interrupts a real `kz sft` once a checkpoint exists (polled for, never slept on)."""
 
@@ -24,7 +24,7 @@ from kzcore.train.trl_run import (
     save_cadence,
     unfinished_phase_dirs,
 )
-from tests.test_newcomer import KZ, kz_env
+from tests.test_cli_subprocess import KZ, kz_env
 from tests.tinymodel import build_tiny_checkpoint
 
 DEADLINE_S = 600  # a hang guard only: the test waits for events, however slow the machine

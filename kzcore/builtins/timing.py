@@ -141,12 +141,11 @@ def settle(flush_us, budget_ms: float, device=0) -> tuple[float, int, float, flo
     the GPU, in microseconds: a fixed memory-bound workload) until the median of the last ``QUIET_WINDOW``
     flushes and that of the ``QUIET_WINDOW`` before them are both within ``QUIET_SLACK`` of the quickest such
     median this process has seen on ``device`` (two readings: a falling sequence is not yet quiet), or
-    ``budget_ms`` has passed. Medians, not single flushes: on an H200 the quickest single flush (59-62 us)
-    was an outlier below the usual 66 us, and a test against it ran out its 50 ms budget 187 times in 229.
-    On that H200 another process's device-memory traffic slowed timed memory-bound kernels by 4-13 %
-    (``bench/interference_probe.py``), the first 20-40 ms of a job's timing read slow, and a GPU started from
-    idle ran its kernels and its flushes slower together (flushes 104-107 against 89-93 us) for about a
-    second. Returns (ms waited, flushes, slowest flush and quickest reading in us)."""
+    ``budget_ms`` has passed. Medians, not single flushes: the quickest single flush is an outlier (on an H200
+    59-62 us against a usual 66 us), and waiting for it runs out the budget. Why wait: another process's
+    device-memory traffic slows timed memory-bound kernels (4-13 % on an H200, ``bench/interference_probe.py``),
+    and a GPU coming from idle runs its kernels and its flushes slower together for about a second. Returns
+    (ms waited, flushes, slowest flush and quickest reading in us)."""
     start = time.perf_counter()
     quickest = _quiet_flush_us.get(device, float("inf"))
     last: list[float] = []

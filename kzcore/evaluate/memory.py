@@ -107,8 +107,8 @@ def reserve(nbytes: int) -> None:
     """Under the shared GPU lock, before work that runs outside it (a precompile's compile-only forward): make
     the caching allocator hold a free block of ``nbytes``, so that work's allocations (outputs the size of the
     inputs) come from the cache rather than from cudaMalloc while another worker may be timing. Another
-    process's cudaMalloc/cudaFree slowed timed memory-bound kernels by 4-13 % on an H200
-    (``bench/interference_probe.py``, 2026-12-03). Where a free block of that size is cached already, it is
+    process's cudaMalloc/cudaFree slows timed memory-bound kernels (by 4-13 % on an H200:
+    ``bench/interference_probe.py``). Where a free block of that size is cached already, it is
     only taken and given back; else the cache grows by ``nbytes`` (given back between jobs, `release_cache`).
     Best effort: where the device has not that much to spare, nothing is reserved and nothing fails."""
     import torch

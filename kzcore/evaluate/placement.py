@@ -3,19 +3,16 @@ timing stage times each side on several placements of the same values and keeps 
 per-placement medians. Neighbours: `timing` (the stage that uses it), ``bench/timing_truth.py`` (the ground
 truth, measured over the same placements).
 
-Measured on an H200 (2026-12-03, ``bench/placement_probe.py``): 22_MatVec's Triton candidate (1024 programs
-each reading 16 rows 128 KiB apart) ran 0.479-0.490 ms on every other allocation of its 2 GiB input and
-0.542-0.556 ms on the rest, also when an allocation was freed and the same virtual address came back (so it
-is the physical memory), in any process and under any timer, while its cuBLAS reference stayed within 0.3 %.
-Timed on one allocation its speedup moved by 5.4 % from one evaluator worker to the next; over 8 placements
-by 0.6-0.9 %.
+Why (an H200, ``bench/placement_probe.py``): 22_MatVec's Triton candidate (1024 programs each reading 16 rows
+128 KiB apart) runs ~0.48 ms on every other allocation of its 2 GiB input and ~0.55 ms on the rest, also when an
+allocation is freed and the same virtual address comes back (so it is the physical memory), in any process and
+under any timer, while its cuBLAS reference stays within 0.3 %. Timed on one allocation its speedup moved by
+5.4 % from one evaluator worker to the next; over 8 placements by 0.6-0.9 %.
 
 The copies of one side are made together, before any is timed, and after the other side's (`placements_for`):
 on a quiet driver consecutive allocations of one size take consecutive device memory, so a side's copies cover
-one span of it evenly. Made one reference copy, one candidate copy in turn (as the timer took them until
-2026-12-03), every candidate copy fell on every other block: 22_MatVec's 2 GiB input read ~0.553 ms on all 7
-copies in some jobs and ~0.489 ms on all of them in others (4.5 % CV of its speedup over 5 runs), while the
-ground truth's single-side copies alternated and its mean stayed put.
+one span of it evenly. Made one reference copy, one candidate copy in turn, every candidate copy would fall on
+every other block, and one job's 22_MatVec copies would be all slow or all fast.
 
 Two ways to place (``EvalConfig.placement_shift_mib``):
 

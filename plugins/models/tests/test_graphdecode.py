@@ -106,8 +106,8 @@ def test_verify_accepts_the_decoder_and_catches_a_wrong_one(monkeypatch):
     for kind in ("llama", "qwen2", "qwen3"):
         assert verify(tiny(kind)) is None
     # a forward wrapped in bf16 autocast, as accelerate wraps it for mixed-precision training (TRL's GRPO on a
-    # GPU): the decoder's float32 arithmetic differs by half-precision noise only (the H200 run of 2026-12-02
-    # fell back to transformers' generate here: 1.8e-2 of scale against a float32 tolerance)
+    # GPU): the decoder's float32 arithmetic differs by half-precision noise only (on an H200, 1.8e-2 of the
+    # logits' scale: a float32 tolerance would send GRPO back to transformers' generate)
     mixed = tiny()
     mixed.forward = torch.autocast("cpu", dtype=torch.bfloat16)(mixed.forward)
     error, agree = graphdecode.agreement(mixed)
@@ -235,8 +235,8 @@ def test_graph_replay_matches_the_eager_step_and_the_model(dtype):
     assert verify(model) is None
     ids, mask = left_padded()
     ids, mask = ids.cuda(), mask.cuda()
-    # EOS as transformers' generate stops on it (the model's generation config); without it (2026-12-02, H200)
-    # the decoder rightly went on past a row's EOS and the comparison failed on the test, not the decoder
+    # EOS as transformers' generate stops on it (the model's generation config); without it the decoder rightly
+    # goes on past a row's EOS and the comparison would fail on the test, not the decoder
     eager, _ = StaticDecoder(model).generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=False)
     replayed, _ = StaticDecoder(model).generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=True)
     assert torch.equal(eager, replayed)

@@ -1,5 +1,7 @@
-"""Issue 19, "a newcomer's day with kz": each rough edge a first user hit, as `kz` run in a subprocess (exit
-code and the one line it prints) or, for the help texts and the trainer configs, through the library."""
+"""The `kz` command as a first user meets it: config errors before any phase, Ctrl-C, usage errors, `kz report`,
+help texts, suites and plugins, filtered warnings, trackers and the set-up, each run as `kz` in a subprocess
+(exit code and the one line it prints) or, for the help texts and the trainer configs, through the library.
+Other test modules reuse its `kz` helpers."""
 
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def problem_dir(tmp_path: Path, names=("1_ReLU", "3_Sigmoid", "5_Softplus")) -> 
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 2: the trainer's config is checked before the first phase
+# the trainer's config is checked before the first phase
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -132,7 +134,7 @@ def test_train_on_a_cpu_machine_with_use_cpu_false(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 3: Ctrl-C ends every command the same way: exit 130, one line, resumable
+# Ctrl-C ends every command the same way: exit 130, one line, resumable
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -297,7 +299,7 @@ def test_ctrl_c_while_eval_evaluates(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 4: kz eval never starts sampling by default
+# kz eval never starts sampling by default
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -311,7 +313,7 @@ def test_eval_without_solutions_or_policy_is_a_usage_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 5: kz report draws the verdicts on a CPU too; it warns about lines it skips
+# kz report draws the verdicts on a CPU too; it warns about lines it skips
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -353,7 +355,7 @@ def test_report_on_cpu_results_draws_verdicts_and_shows_reasons(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 6: help, suites, plugins
+# help, suites, plugins
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -466,7 +468,7 @@ def test_the_test_language_is_not_in_a_normal_install():
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 7: warnings our code triggers knowingly are filtered, narrowly
+# warnings our code triggers knowingly are filtered, narrowly
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -505,7 +507,7 @@ def test_train_until_on_a_cpu_machine_checks_the_phase_name_first(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# item 10: a configured report_to reaches TRL's configs; the default is no tracker
+# a configured report_to reaches TRL's configs; the default is no tracker
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -565,7 +567,7 @@ def test_report_to_reaches_the_sft_config(tmp_path, monkeypatch):
 
 
 def test_setup_is_quiet():
-    """Item 7: the set-up's pip calls all go through one quiet PIP (-qq: no per-package index warnings;
+    """The set-up's pip calls all go through one quiet PIP (-qq: no per-package index warnings;
     errors still show), so `make demo`'s log starts with what the demo does."""
     import re
 
@@ -578,7 +580,7 @@ def test_setup_is_quiet():
 
 
 def test_setup_installs_the_locked_versions(tmp_path):
-    """Issue 36: a fresh clone installs the versions the tests ran with, not whatever is newest that day: every
+    """A fresh clone installs the versions the tests ran with, not whatever is newest that day: every
     package install of the set-up is constrained by constraints.txt, which scripts/lock.py writes from the
     environment (`make lock`): exact versions, torch's without its build tag, no editable project package;
     pyproject.toml keeps ranges."""
