@@ -67,6 +67,8 @@ _PUBLIC = {
     "scrub_environment": "kzcore.executors.worker",
     "device_work": "kzcore.executors.devicelock",  # device work outside the stages' locks (a precompile's load)
     **dict.fromkeys(("get_plugin_manager", "plugin_specs"), "kzcore.plugins"),
+    # the one-call API: one candidate against one problem source (KernelBench's eval_kernel_against_ref)
+    "evaluate_source": "kzcore.evaluate.api",
 }
 _MODULES = {"guard"}  # public names that are modules, not attributes of one
 

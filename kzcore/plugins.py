@@ -32,6 +32,7 @@ DEFAULT_PLUGINS = (
     "kzcore.builtins.timing",
     "kzcore.builtins.prompting",
     "kzcore.builtins.registry",
+    "kzcore.builtins.commands",  # kz's own commands
 )
 
 _pm: pluggy.PluginManager | None = None
@@ -160,6 +161,9 @@ def collect(pm: pluggy.PluginManager, hook_name: str, kind: str) -> Registry:
             value = name_or_obj if obj is None else obj
             if name in registry.items:  # never a silent override: the user must choose (KZ_DISABLE_PLUGINS)
                 first = registry.owners[name]
+                if first != _owner and {first, _owner} & set(DEFAULT_PLUGINS):  # the core's own: not replaceable
+                    plugin = _owner if first in DEFAULT_PLUGINS else first
+                    raise KzError(f"plugin {plugin!r} registers {kind} {name!r}, which is a built-in kz {kind}")
                 who = f"twice by plugin {first!r}" if first == _owner else f"by plugins {first!r} and {_owner!r}"
                 raise KzError(f"{kind} {name!r} is registered {who}; disable one (KZ_DISABLE_PLUGINS=NAME)")
             registry.items[name] = value

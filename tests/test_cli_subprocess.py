@@ -174,11 +174,12 @@ def interrupted_line(proc: subprocess.CompletedProcess) -> str:
 def test_ctrl_c_ends_any_command_with_one_line(monkeypatch, capsys):
     """What `main` does for a command that saved nothing: one line that says so, exit 130."""
     from kzcore import cli
+    from kzcore.cli import plugins as plugins_command
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_cmd_plugins", interrupted)
+    monkeypatch.setattr(plugins_command, "_cmd_plugins", interrupted)
     assert cli.main(["plugins"]) == 130
     captured = capsys.readouterr()
     assert captured.err == "kz: interrupted: nothing was saved\n" and captured.out == ""

@@ -1,0 +1,165 @@
+"""`kz eval`: candidates from --solutions, or sampled first from --policy, evaluated into a results file that
+the same command resumes; a score table ends the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kzcore.cli.options import (
+    INCLUDE_DEGENERATE_HELP,
+    KERNELBENCH_HELP,
+    UsageError,
+    _add_eval_args,
+    _add_only,
+    _add_policy_args,
+    _config_from,
+    _load_problems,
+    _only,
+)
+from kzcore.cli.report import _print_scores
+from kzcore.cli.sample import _sample
+from kzcore.errors import KzError
+from kzcore.types import Command
+
+
+def _cmd_eval(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kzcore.evaluate.runner import evaluate
+    from kzcore.plugins import require_language
+    from kzcore.problems import load_solutions
+
+    console = Console(stderr=True)
+    if bool(args.solutions) == bool(args.policy):  # sampling a whole suite must never start by default
+        raise UsageError(
+            "kz eval needs --solutions (candidates to evaluate) or --policy (a model to sample them from)"
+            if not args.solutions
+            else "kz eval takes --solutions or --policy, not both"
+        )
+    config = _config_from(args)
+    _note_gpu_only(require_language(args.language), config.device, console)
+    problems = _only(_load_problems(args.problems, args.kernelbench), args.only, args.problems)
+    if args.solutions:
+        candidates = load_solutions(args.solutions, problems, args.language)
+    else:
+        completions = Path(args.completions or Path(args.out).with_suffix(".completions.jsonl"))
+        args.saved = f"completions so far are in {completions}; run the same command again to resume"
+        candidates = _sample(args, problems, completions, console)
+        console.print(f"completions: {completions}")
+    covered = {(c.level, c.problem) for c in candidates}
+    missing = [p.key for p in problems if (p.level, p.name) not in covered]
+    if missing:
+        console.print(
+            f"[yellow]{len(missing)} problem(s) have no candidate and score 0:[/yellow] {_first(missing)}",
+            soft_wrap=True,
+        )
+    if not candidates:
+        raise KzError(f"no candidates found in {args.solutions or 'the policy output'} for {len(problems)} problem(s)")
+    out = Path(args.out)
+    progress = Progress(
+        TextColumn("[bold]evaluating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    )
+    task = None
+
+    def on_start(already: int, todo: int):
+        nonlocal task
+        if already:
+            console.print(f"{already} result(s) already in {out}; evaluating the remaining {todo}")
+        task = progress.add_task("", total=todo)
+
+    def on_result(result):
+        progress.update(task, advance=1, description=f"{result.problem}: {result.status.value}")
+
+    args.saved = f"results so far are in {out}; run the same command again to resume"
+    with progress:
+        results = evaluate(
+            problems,
+            candidates,
+            config,
+            out,
+            executor=args.executor,
+            workers=args.workers,
+            on_result=on_result,
+            on_start=on_start,
+            on_stale=_report_retracted(out, console),
+        )
+    k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
+    _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
+    Console().print(f"results: {out}")
+    return 0
+
+
+def _first(names: list[str], limit: int = 10) -> str:
+    """``names`` joined with commas, the first ``limit`` of them and how many more."""
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f", … and {more} more" if more > 0 else "")
+
+
+def _report_retracted(out: Path, console):
+    """What `kz eval` says when the runner retracted saved results whose code changed since."""
+
+    def on_stale(stale) -> None:
+        changed = [r.key for r in stale if r.code_hash]
+        unknown = len(stale) - len(changed)
+        if changed:
+            console.print(
+                f"{len(changed)} candidate(s) changed since their result in {out} was saved (their code or their "
+                f"problem's source); evaluating them again: {_first(changed)}",
+                soft_wrap=True,
+            )
+        if unknown:
+            console.print(
+                f"{unknown} result(s) in {out} do not say which code they judged (an older kz); evaluating them again",
+                soft_wrap=True,
+            )
+
+    return on_stale
+
+
+def _note_gpu_only(language, device: str, console) -> None:
+    """A ``needs_gpu`` language evaluated on a CPU: its candidates are checked and compiled, and none can
+    run, which the user should hear before the results say it candidate by candidate."""
+    from kzcore.executors.devices import resolve_device
+
+    if language.needs_gpu and device != "cuda" and resolve_device(device) == "cpu":
+        console.print(
+            f"[yellow]note: {language.name} candidates need a GPU; on this CPU they are checked and compiled, "
+            "and every one that gets as far as running is a runtime_error[/yellow]"
+        )
+
+
+def _configure(parser) -> None:
+    parser.description = (
+        "Evaluate candidate kernels on problems: each candidate runs in a sandboxed worker, is "
+        "checked against the reference over several trials (and a second shape) and, on a GPU, timed. "
+        "Candidates come from --solutions, or are first sampled from a model with --policy. Results are "
+        "appended to --out and the same command resumes where it stopped; a score table ends the run."
+    )
+    parser.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
+    parser.add_argument("--solutions", default=None, help="a directory, a .jsonl, or a suite name (its own solutions)")
+    parser.add_argument(
+        "--completions", default=None, help="with --policy: where completions go (default: next to --out)"
+    )
+    parser.add_argument("--language", default="triton", help="kernel language of the candidates (see kz plugins)")
+    parser.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
+    parser.add_argument("--executor", default="local", help="where candidates run: local, or a plugin's (e.g. ray)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    _add_eval_args(parser)
+    parser.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    parser.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
+    parser.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
+    _add_only(parser, "evaluate", ", each keeping its level")
+    _add_policy_args(
+        parser, "sample candidates from this policy first, e.g. smollm2 (instead of --solutions)", default=None
+    )
+
+
+def commands() -> list[Command]:
+    """`kz eval`, as kzcore.builtins.commands registers it."""
+    return [Command(name="eval", run=_cmd_eval, help="evaluate solutions on problems", configure=_configure)]
