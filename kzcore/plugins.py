@@ -15,7 +15,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -210,6 +210,3 @@ def require_language(name: str, pm: pluggy.PluginManager | None = None) -> Langu
 
 def suite_path(name: str, pm: pluggy.PluginManager | None = None) -> Path:
     return Path(suites(pm).get(name))
-
-
-Register = Callable[..., None]

@@ -316,20 +316,22 @@ def test_drop_train_leaves_near_duplicates_out_and_report_keeps_them(tmp_path):
     """Held out: 1_ReLU and 3_Sigmoid. Among the built-in training problems 2_GELU and 5_Softplus are the same
     module with another activation: "report" records them, "drop-train" also leaves them out of the cold start
     and the tasks. The report goes to RUN/decontamination.json when the run starts."""
-    from kzcore.train.trainer import DECONTAMINATION, Trainer
+    from kzcore.train.tasks import DECONTAMINATION
+    from kzcore.train.trainer import Trainer
 
     off = Trainer(trainer_config(tmp_path, "off"), log=lambda s: None)
-    assert off.decontam is None and len(off.coldstart) == 38
+    assert off.problems.decontam is None and len(off.problems.coldstart) == 38
     report = Trainer(trainer_config(tmp_path, "report"), log=lambda s: None)
-    assert sorted(p.name for p in report.decontam.near_train) == ["2_GELU", "5_Softplus"]
-    assert report.decontam.counts()["contaminated"] == 2 and report.decontam.clean == []
-    assert len(report.coldstart) == 38 and len(report.tasks) == 25
+    assert sorted(p.name for p in report.problems.decontam.near_train) == ["2_GELU", "5_Softplus"]
+    assert report.problems.decontam.counts()["contaminated"] == 2 and report.problems.decontam.clean == []
+    assert len(report.problems.coldstart) == 38 and len(report.problems.tasks) == 25
     drop = Trainer(trainer_config(tmp_path, "drop-train"), log=lambda s: None)
-    names = {p.name for p in drop.coldstart} | {p.name for p in drop.tasks}
-    assert len(drop.coldstart) == 36 and len(drop.tasks) == 23 and not names & {"2_GELU", "5_Softplus"}
-    drop.run_dir.mkdir(parents=True)
-    path = drop.write_decontamination()
-    assert path == drop.run_dir / DECONTAMINATION
+    names = {p.name for p in drop.problems.coldstart} | {p.name for p in drop.problems.tasks}
+    assert len(drop.problems.coldstart) == 36 and len(drop.problems.tasks) == 23
+    assert not names & {"2_GELU", "5_Softplus"}
+    drop.context.run_dir.mkdir(parents=True)
+    path = drop.problems.write_decontamination()
+    assert path == drop.context.run_dir / DECONTAMINATION
     row = json.loads(path.read_text())
     assert row["mode"] == "drop-train" and row["counts"]["clean"] == 0
     assert row["dropped_train"] == ["builtin:level1/2_GELU", "builtin:level1/5_Softplus"]
@@ -341,15 +343,15 @@ def test_drop_train_leaves_near_duplicate_pool_modules_out_of_the_coder_tasks(tm
     from kzcore.train.trainer import Trainer
 
     trainer = Trainer(trainer_config(tmp_path, "drop-train"), log=lambda s: None)
-    trainer.run_dir.mkdir(parents=True)
+    trainer.context.run_dir.mkdir(parents=True)
     ok = {g: GateResult(True) for g in GATE_ORDER}
     records = [
         TaskRecord(id="silu", apis=("F.silu",), level=1, code=SILU, gates=ok, provenance={"round": 1}),
         TaskRecord(id="conv", apis=("nn.Conv3d",), level=2, code=CONV_GROUPNORM, gates=ok, provenance={"round": 1}),
     ]
-    append_records(trainer.pool_path(), records)
-    assert trainer.pool_near_heldout(records) == {"proposed_silu"}
-    tasks, sources = trainer.coder_tasks(4, round=1)
+    append_records(trainer.problems.pool_path, records)
+    assert trainer.problems.pool_near_heldout(records) == {"proposed_silu"}
+    tasks, sources = trainer.problems.coder_tasks(4, round=1)
     assert {p.name for p in tasks} == {"proposed_conv"} and sources == {"newest": 4}
 
 

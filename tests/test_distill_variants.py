@@ -200,6 +200,7 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
 
     from kzcore.train import trainer as trainer_mod
     from kzcore.train.config import DistillSection, TrainConfig
+    from kzcore.train.context import RunContext
     from kzcore.train.distill import DistillSummary
 
     seen = {}
@@ -211,9 +212,11 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
     monkeypatch.setattr(trainer_mod, "distill", fake_distill)
     section = DistillSection(variants=7, variant_seed=3, keep_reasoning=False, max_new_tokens=512)
     executor = object()  # the run's one executor: distillation evaluates through it
+    config = attrs.evolve(TrainConfig(), distill=section)
+    heldout = [ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]]
     fake = SimpleNamespace(
-        config=attrs.evolve(TrainConfig(), distill=section), coldstart=[], pm=None,
-        heldout=[ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]], pool=executor, _near={(1, "fam_gelu")},
+        config=config, pm=None, context=RunContext(config, executor=executor),
+        problems=SimpleNamespace(coldstart=[], heldout=heldout, near={(1, "fam_gelu")}),
     )  # fmt: skip
     out = trainer_mod.Trainer.distill(fake, None, tmp_path)
     keys = ("variants", "variant_seed", "keep_reasoning", "max_new_tokens")

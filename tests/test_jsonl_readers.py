@@ -190,20 +190,21 @@ def test_proposer_phase_metrics_skip_a_torn_rewards_line(tmp_path, monkeypatch, 
         return {"steps": 1}
 
     closed = []
-    trainer = types.SimpleNamespace(
+    context = types.SimpleNamespace(
         config=TrainConfig(),
         pm=None,
-        pool=None,
+        executor=None,
         language="triton",
         coder_prompt=None,
-        pool_path=lambda: tmp_path / "pool.jsonl",
-        latest_checkpoint=lambda role: f"{role}-ckpt",
         policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: closed.append(ckpt)),
         log=print,
     )
+    problems = types.SimpleNamespace(pool_path=tmp_path / "pool.jsonl", task_results=lambda: {})
     append_records(tmp_path / "pool.jsonl", [record(0)])
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
-    metrics = proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), phase_dir)
-    assert metrics == {"steps": 1, "accepted": 4, "proposed": 8}
+    metrics = proposer_phase.run_proposer_phase(
+        context, problems, Phase("proposer", 1, 1), phase_dir, coder_checkpoint="coder-ckpt", proposer_checkpoint="p"
+    )
+    assert metrics == {"steps": 1, "accepted": 4, "proposed": 8, "coder_tasks_weighting": 0}
     assert closed == ["coder-ckpt"]
     assert warned_torn(caplog, phase_dir / "rewards.jsonl", 3)

@@ -109,8 +109,8 @@ def record(i: int, round: int, passed: int | None = None, apis=("ReLU",)) -> Tas
 
 def test_coder_tasks_default_to_the_newest_accepted_batch(plugins, tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny, plugins("kz_triton"))
-    append_records(trainer.pool_path(), [record(i, 1) for i in range(3)] + [record(i, 2) for i in range(3, 6)])
-    tasks, sources = trainer.coder_tasks(6, round=2)
+    append_records(trainer.problems.pool_path, [record(i, 1) for i in range(3)] + [record(i, 2) for i in range(3, 6)])
+    tasks, sources = trainer.problems.coder_tasks(6, round=2)
     assert sources == {"newest": 6}
     names = [t.name for t in tasks]
     assert sorted(names) == sorted(f"proposed_t{i}" for i in (3, 4, 5, 3, 4, 5))  # each once before repeats
@@ -119,14 +119,14 @@ def test_coder_tasks_default_to_the_newest_accepted_batch(plugins, tmp_path, tin
 
 def test_coder_task_mix_shares(plugins, tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny, plugins("kz_triton"), task_mix=TaskMixSection(older=0.5, builtin=0.25))
-    append_records(trainer.pool_path(), [record(i, 1) for i in range(3)] + [record(i, 2) for i in range(3, 6)])
-    tasks, sources = trainer.coder_tasks(8, round=2)
+    append_records(trainer.problems.pool_path, [record(i, 1) for i in range(3)] + [record(i, 2) for i in range(3, 6)])
+    tasks, sources = trainer.problems.coder_tasks(8, round=2)
     assert sources == {"older": 4, "builtin": 2, "newest": 2}
     names = [t.name for t in tasks]
     assert sum(n in {"proposed_t0", "proposed_t1", "proposed_t2"} for n in names) == 4
     assert sum(not n.startswith("proposed_") for n in names) == 2
     # no newest batch (a frozen Proposer): its share goes to the older pool tasks, then the built-in ones
-    _, sources = trainer.coder_tasks(8, round=3)
+    _, sources = trainer.problems.coder_tasks(8, round=3)
     assert sources == {"older": 6, "builtin": 2}
     with pytest.raises(ValueError):
         TaskMixSection(older=0.8, builtin=0.5)
@@ -143,7 +143,7 @@ def test_coder_tasks_from_the_verified_cold_start(plugins, tmp_path, tiny):
         problems=ProblemsSection(coldstart=RELU, tasks="coldstart", heldout=RELU, heldout_names=("1_ReLU",)),
     )  # fmt: skip
     with pytest.raises(KzError, match='tasks = "coldstart" needs the distill phase'):
-        _ = trainer.tasks
+        _ = trainer.problems.tasks
 
     def row(problem, language, chars=100):
         return {"problem": problem, "level": 1, "language": language, "completion": [{"content": "x" * chars}]}
@@ -159,32 +159,32 @@ def test_coder_tasks_from_the_verified_cold_start(plugins, tmp_path, tiny):
     distilled = tmp_path / "run" / "phases" / "00-distill"
     distilled.mkdir(parents=True)
     write_verified_problems(distilled / "problems.jsonl", list(problems.values()), rows)
-    assert [p.name for p in trainer.tasks] == ["2_GELU", "4_LeakyReLU"]
-    assert trainer.tasks[0].source == problems["2_GELU"].source
+    assert [p.name for p in trainer.problems.tasks] == ["2_GELU", "4_LeakyReLU"]
+    assert trainer.problems.tasks[0].source == problems["2_GELU"].source
     # a curriculum by solution length: only problems whose shortest verified Triton answer fits
     short = attrs.evolve(trainer.config.problems, task_max_solution_chars=1000)
     trainer = make_trainer(tmp_path, tiny, trainer.pm, problems=short)
-    assert [p.name for p in trainer.tasks] == ["2_GELU"]
-    tasks, sources = trainer.coder_tasks(3, round=1)
+    assert [p.name for p in trainer.problems.tasks] == ["2_GELU"]
+    tasks, sources = trainer.problems.coder_tasks(3, round=1)
     assert sources == {"builtin": 3} and {t.name for t in tasks} == {"2_GELU"}
     none_fit = attrs.evolve(short, task_max_solution_chars=10)
     with pytest.raises(KzError, match="no cold-start problem verified in triton with a solution of <= 10"):
-        _ = make_trainer(tmp_path, tiny, trainer.pm, problems=none_fit).tasks
+        _ = make_trainer(tmp_path, tiny, trainer.pm, problems=none_fit).problems.tasks
 
 
 def test_coder_pass_rates_go_back_to_the_pool_and_the_api_weights(plugins, tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny, plugins("kz_triton"))
-    append_records(trainer.pool_path(), [record(0, 1, passed=2, apis=("Tanh",)), record(1, 1, passed=2)])
-    before = api_weights(load_catalog(), read_pool(trainer.pool_path()))
+    append_records(trainer.problems.pool_path, [record(0, 1, passed=2, apis=("Tanh",)), record(1, 1, passed=2)])
+    before = api_weights(load_catalog(), read_pool(trainer.problems.pool_path))
     tally = tmp_path / "pass_rates.json"
     # the Coder phase of round 1 saw t0 fail 8 of 8 and t1 pass 8 of 8; a built-in task 3 of 4
     tally.write_text(json.dumps({"1/proposed_t0": [0, 8], "1/proposed_t1": [8, 8], "1/3_Sigmoid": [3, 4]}))
-    assert trainer.record_pass_rates(Phase("coder", 2, 1), tally) == 3
-    pool = {r.id: r for r in read_pool(trainer.pool_path())}
+    assert trainer.problems.record_pass_rates(Phase("coder", 2, 1), tally) == 3
+    pool = {r.id: r for r in read_pool(trainer.problems.pool_path)}
     assert pool["t0"].latest_pass_rate == 0.0 and pool["t1"].latest_pass_rate == 1.0
     assert [p.round for p in pool["t0"].pass_rates] == [1, 2]
-    assert trainer.task_rates()["1/3_Sigmoid"] == 0.75
-    after = api_weights(load_catalog(), read_pool(trainer.pool_path()))
+    assert trainer.problems.task_rates()["1/3_Sigmoid"] == 0.75
+    after = api_weights(load_catalog(), read_pool(trainer.problems.pool_path))
     assert after["Tanh"] > before["Tanh"]  # the failed API set is now aimed at
 
 
@@ -192,16 +192,16 @@ def test_coder_pass_rates_go_back_to_the_pool_and_the_api_weights(plugins, tmp_p
 def test_separate_proposer_model(plugins, tmp_path, tiny, tiny2):
     pm = plugins("kz_triton", "kz_models")
     trainer = make_trainer(tmp_path, tiny, pm, models=ModelsSection(coder=str(tiny), proposer=f"hf:{tiny2}"))
-    assert trainer.proposer_base == str(tiny2)
-    assert trainer.latest_checkpoint("proposer") == str(tiny2)
-    assert trainer.latest_checkpoint("coder") == str(tiny)
+    assert trainer.checkpoints.proposer_base == str(tiny2)
+    assert trainer.checkpoints.latest("proposer") == str(tiny2)
+    assert trainer.checkpoints.latest("coder") == str(tiny)
     run = tmp_path / "run"
     for pid in ("00-sft", "01-proposer"):
         (run / "phases" / pid / "model").mkdir(parents=True)
         (run / "phases" / pid / "model" / "config.json").write_text("{}")
     (run / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft", "01-proposer"], "metrics": {}}))
-    assert trainer.latest_checkpoint("coder") == str(run / "phases" / "00-sft" / "model")
-    assert trainer.latest_checkpoint("proposer") == str(run / "phases" / "01-proposer" / "model")
+    assert trainer.checkpoints.latest("coder") == str(run / "phases" / "00-sft" / "model")
+    assert trainer.checkpoints.latest("proposer") == str(run / "phases" / "01-proposer" / "model")
 
 
 # -- one Coder prompt ------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
     pm = plugins("kz_triton", "kz_models", "tests.fakes_policy")
     trainer = make_trainer(tmp_path, tiny, pm)
     (relu,) = load_problems(RELU, pm=pm)
-    expected = trainer.coder_prompt(relu)
+    expected = trainer.context.coder_prompt(relu)
     assert "tiling" in json.dumps(expected).lower()  # the configured (principles) template, not the default
     # 1. SFT data
     trainer.distill(Phase("distill", 0, 0), tmp_path / "distill")
@@ -219,13 +219,15 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
     # 2. RL: the dataset the Coder phase hands GRPO
     seen = {}
 
-    def fake_coder_phase(model, problems, language, output_dir, settings, pool, eval_config, ca, prompt_for, pm, **kw):
+    def fake_coder_phase(
+        model, problems, language, output_dir, settings, executor, eval_config, ca, prompt_for, pm, **kw
+    ):
         seen["prompts"] = task_dataset(problems, prompt_for)["prompt"]
         return {}
 
     monkeypatch.setattr(trainer_module, "run_coder_phase", fake_coder_phase)
     monkeypatch.setattr(trainer, "evaluate_heldout", lambda phase, ckpt: {})
-    monkeypatch.setattr(trainer, "tasks", [relu])
+    monkeypatch.setattr(trainer.problems, "tasks", [relu])
     trainer.coder(Phase("coder", 1, 1), tmp_path / "coder")
     assert seen["prompts"] and all(p == expected for p in seen["prompts"])
     # 3. the Proposer phase's pass-rate sampling of the current Coder
@@ -235,17 +237,17 @@ def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, ti
     monkeypatch.setattr(
         proposer_phase, "run_grpo", lambda model, data, funcs, s, out, pm=None, **kw: captured.update(f=funcs[0]) or {}
     )
-    proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), tmp_path / "proposer")
+    trainer.proposer(Phase("proposer", 1, 1), tmp_path / "proposer")
     task = attrs.evolve(record(0, 1), code=relu.source)
     fakes_policy.PROMPTS.clear()
-    monkeypatch.setattr(proposer_phase, "map_prepared", lambda pool, jobs: [])
-    captured["f"].coder = trainer.policy_for(trainer.base)
+    monkeypatch.setattr(proposer_phase, "map_prepared", lambda executor, jobs: [])
+    captured["f"].coder = trainer.context.policy_for(trainer.checkpoints.base)
     captured["f"].with_pass_rates([task])
     assert fakes_policy.PROMPTS and all(p == expected for p in fakes_policy.PROMPTS)
     # 4. held-out evaluation
     fakes_policy.PROMPTS.clear()
     monkeypatch.undo()
-    metrics = trainer.evaluate_heldout(Phase("base", 0, 0), Path(trainer.base))
+    metrics = trainer.evaluate_heldout(Phase("base", 0, 0), Path(trainer.checkpoints.base))
     assert fakes_policy.PROMPTS and all(p == expected for p in fakes_policy.PROMPTS)
     rows = [json.loads(x) for x in (tmp_path / "run/heldout/00-base/completions-triton.jsonl").read_text().splitlines()]
     assert {r["prompt_sha"] for r in rows} == {prompt_sha(expected)}

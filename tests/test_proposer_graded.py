@@ -193,17 +193,23 @@ def test_the_proposer_phase_feeds_the_coders_task_results_into_its_draw(tmp_path
         proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=64, num_generations=1),
     )
 
+    context = types.SimpleNamespace(
+        config=config, pm=None, executor=None, language="triton", coder_prompt=None, log=print,
+        policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
+    )  # fmt: skip
+
     def run(results):
-        trainer = types.SimpleNamespace(
-            config=config, pm=None, pool=None, language="triton", coder_prompt=None,
-            pool_path=lambda: tmp_path / "pool.jsonl", latest_checkpoint=lambda role: f"{role}-ckpt",
-            policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None), coldstart_problems=lambda: [RELU],
-            proposer_cold_start_problems=lambda: [RELU], tasks=[RELU], log=print, task_results=lambda: results,
+        problems = types.SimpleNamespace(
+            pool_path=tmp_path / "pool.jsonl", tasks=[RELU], task_results=lambda: results,
+            proposer_cold_start_problems=lambda: [RELU],
         )  # fmt: skip
         phase_dir = tmp_path / f"phase{len(results)}"
         phase_dir.mkdir()
         (phase_dir / "rewards.jsonl").write_text("")
-        return proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), phase_dir), list(seen["apis"])
+        metrics = proposer_phase.run_proposer_phase(
+            context, problems, Phase("proposer", 1, 1), phase_dir, coder_checkpoint="c", proposer_checkpoint="p"
+        )
+        return metrics, list(seen["apis"])
 
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
     metrics, apis = run({"1/1_ReLU": (0, 0, 4)})
@@ -213,10 +219,12 @@ def test_the_proposer_phase_feeds_the_coders_task_results_into_its_draw(tmp_path
     assert metrics["coder_tasks_weighting"] == 0 and sum(a == ["ReLU"] for a in apis) < 5
 
 
-def test_trainer_task_results_and_the_proposer_cold_start_modules(tmp_path):
+def test_task_results_and_the_proposer_cold_start_modules(tmp_path):
     import json
 
-    from kzcore.train.trainer import TASK_RATES, Trainer
+    from kzcore.train.config import RunSection, TrainConfig
+    from kzcore.train.context import RunContext
+    from kzcore.train.tasks import TASK_RATES, RunProblems
 
     rows = [
         {"round": 0, "task": "1/1_ReLU", "passed": 1, "k": 4},
@@ -224,15 +232,13 @@ def test_trainer_task_results_and_the_proposer_cold_start_modules(tmp_path):
         {"round": 1, "task": "2/9_Conv2d_Tanh_Scale", "passed": 0, "k": 2},
     ]
     (tmp_path / TASK_RATES).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    fake = types.SimpleNamespace(run_dir=tmp_path)
-    fake.task_results = lambda: Trainer.task_results(fake)
-    assert Trainer.task_results(fake) == {"1/1_ReLU": (1, 3, 4), "2/9_Conv2d_Tanh_Scale": (1, 0, 2)}
-    assert Trainer.task_rates(fake) == {"1/1_ReLU": 0.75, "2/9_Conv2d_Tanh_Scale": 0.0}
     composed = tmp_path / "composed.jsonl"
     composed.write_text(json.dumps({"name": "composed_ReLU_0", "level": 1, "code": GOOD}) + "\n")
-    config = types.SimpleNamespace(proposer=ProposerSection(cold_start_modules=str(composed)))
-    owner = types.SimpleNamespace(config=config, pm=None, coldstart_problems=lambda: [RELU])
-    names = [p.name for p in Trainer.proposer_cold_start_problems(owner)]
-    assert names == ["1_ReLU", "composed_ReLU_0"]
-    owner.config = types.SimpleNamespace(proposer=ProposerSection())
-    assert [p.name for p in Trainer.proposer_cold_start_problems(owner)] == ["1_ReLU"]
+    run = RunSection(dir=str(tmp_path))
+    config = TrainConfig(run=run, proposer=ProposerSection(cold_start_modules=str(composed)))
+    problems = RunProblems(RunContext(config), heldout=[], coldstart=[RELU])  # no distill phase: [problems] coldstart
+    assert problems.task_results() == {"1/1_ReLU": (1, 3, 4), "2/9_Conv2d_Tanh_Scale": (1, 0, 2)}
+    assert problems.task_rates() == {"1/1_ReLU": 0.75, "2/9_Conv2d_Tanh_Scale": 0.0}
+    assert [p.name for p in problems.proposer_cold_start_problems()] == ["1_ReLU", "composed_ReLU_0"]
+    plain = RunProblems(RunContext(TrainConfig(run=run)), heldout=[], coldstart=[RELU])
+    assert [p.name for p in plain.proposer_cold_start_problems()] == ["1_ReLU"]

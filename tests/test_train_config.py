@@ -36,6 +36,16 @@ def test_unknown_key_names_the_section(tmp_path):
         load_config(bad)
 
 
+def test_plugins_are_not_loaded_from_a_config(tmp_path):
+    """Which plugins load is the entry points' and KZ_LOAD_PLUGINS' business: a ``[plugins] load`` key is
+    refused as unknown, not silently ignored."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[plugins]\nload = ["kz_mylang"]\n')
+    with pytest.raises(ConfigError, match=r"\[plugins\]: unknown key\(s\) load; known: languages, executor") as info:
+        load_config(bad)
+    assert "\n" not in str(info.value)
+
+
 def test_bad_value_and_bad_toml(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[ca_grpo]\nspeed = 'fastest'\n")

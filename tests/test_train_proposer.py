@@ -112,17 +112,20 @@ def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, mo
         proposer=attrs.evolve(config.proposer, unseen_weight=0.001, set_size=(1, 1)),
         proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=64, num_generations=1),
     )
-    trainer = types.SimpleNamespace(
-        config=config, pm=None, pool=None, language="triton", coder_prompt=None,
-        pool_path=lambda: tmp_path / "pool.jsonl", latest_checkpoint=lambda role: f"{role}-ckpt",
+    context = types.SimpleNamespace(
+        config=config, pm=None, executor=None, language="triton", coder_prompt=None, log=print,
         policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
-        coldstart_problems=lambda: [relu], proposer_cold_start_problems=lambda: [relu], tasks=[relu], log=print,
+    )  # fmt: skip
+    problems = types.SimpleNamespace(
+        pool_path=tmp_path / "pool.jsonl", proposer_cold_start_problems=lambda: [relu], tasks=[relu],
         task_results=lambda: {},
     )  # fmt: skip
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
     (tmp_path / "phase").mkdir()
     (tmp_path / "phase" / "rewards.jsonl").write_text("")
-    metrics = proposer_phase.run_proposer_phase(trainer, Phase("proposer", 1, 1), tmp_path / "phase")
+    metrics = proposer_phase.run_proposer_phase(
+        context, problems, Phase("proposer", 1, 1), tmp_path / "phase", coder_checkpoint="c", proposer_checkpoint="p"
+    )
     catalog = load_catalog()
     from kzcore.proposer.prompt import load_examples
 

@@ -131,19 +131,19 @@ def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
     pm = plugins("kz_triton", "kz_models")
     cfg = attrs.evolve(config(tmp_path, tiny), problems=ProblemsSection(coldstart="builtin:1", tasks="builtin:1"))
     trainer = Trainer(cfg, pm=pm, log=lambda s: None)
-    assert trainer.latest_checkpoint("coder") == str(tiny)
+    assert trainer.checkpoints.latest("coder") == str(tiny)
     model = tmp_path / "run" / "phases" / "00-sft" / "model"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (tmp_path / "run" / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {}}))
-    assert trainer.latest_checkpoint("coder") == trainer.latest_checkpoint("proposer") == str(model)
+    assert trainer.checkpoints.latest("coder") == trainer.checkpoints.latest("proposer") == str(model)
     # a Proposer of its own: the base until the cold start trains one (PHASE/proposer), then that
     own = Trainer(attrs.evolve(cfg, models=attrs.evolve(cfg.models, proposer=str(tiny))), pm=pm, log=lambda s: None)
-    assert own.latest_checkpoint("coder") == str(model) and own.latest_checkpoint("proposer") == str(tiny)
+    assert own.checkpoints.latest("coder") == str(model) and own.checkpoints.latest("proposer") == str(tiny)
     cold = tmp_path / "run" / "phases" / "00-sft" / "proposer"
     cold.mkdir()
     (cold / "config.json").write_text("{}")
-    assert own.latest_checkpoint("proposer") == str(cold) and own.latest_checkpoint("coder") == str(model)
+    assert own.checkpoints.latest("proposer") == str(cold) and own.checkpoints.latest("coder") == str(model)
 
 
 def test_a_proposer_cold_start_needs_the_proposers_own_model(plugins, tmp_path, tiny):
@@ -197,9 +197,9 @@ def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins
 
     pm, cfg = inline_cold_start(plugins, tmp_path, tiny, monkeypatch, base=False, probe=2)
     trainer = Trainer(cfg, pm=pm, log=lambda s: None)
-    probe = {p.name for p in trainer.probe_problems()}
+    probe = {p.name for p in trainer.problems.probe_problems()}
     other_seed = Trainer(attrs.evolve(cfg, run=attrs.evolve(cfg.run, seed=7)), pm=pm, log=lambda s: None)
-    assert len(probe) == 2 and probe == {p.name for p in other_seed.probe_problems()} and "1_ReLU" not in probe
+    assert len(probe) == 2 and probe == {p.name for p in other_seed.problems.probe_problems()} and "1_ReLU" not in probe
     state = trainer.run()
     sft = state["metrics"]["00-sft"]
     assert "probe_triton_pass@1" in sft and sum(sft["probe_triton_statuses"].values()) == 2 * 2  # 2 problems, n 2
@@ -229,7 +229,7 @@ def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, t
     monkeypatch.setattr(trainer, "evaluate_heldout", lambda phase, checkpoint: {})  # no model was trained
     phase_dir = tmp_path / "run" / "phases" / "01-coder"
     metrics = trainer.coder(Phase("coder", 1, 1), phase_dir)
-    tasks = {f"{p.level}/{p.name}" for p in trainer.tasks}
+    tasks = {f"{p.level}/{p.name}" for p in trainer.problems.tasks}
     # the inline executor files every candidate correct: every task solved, none at the frontier
     assert metrics["calibration_tasks"] == len(tasks) == 26 and metrics["calibration_correct"] == 26 * 2
     assert metrics["calibration_frontier"] == 0
@@ -237,7 +237,7 @@ def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, t
     assert {r["task"] for r in rates} == tasks and {(r["round"], r["k"]) for r in rates} == {(0, 2)}
     sampled = [json.loads(x) for x in (phase_dir / "calibration" / "completions-triton.jsonl").read_text().splitlines()]
     assert len([r for r in sampled if "problem" in r]) == 26 * 2
-    assert trainer.task_rates() == {task: 1.0 for task in tasks} and trained  # the phase went on to train
+    assert trainer.problems.task_rates() == {task: 1.0 for task in tasks} and trained  # the phase went on to train
     again = trainer.coder(Phase("coder", 2, 1), tmp_path / "run" / "phases" / "02-coder")
     assert "calibration_tasks" not in again
 
@@ -249,12 +249,12 @@ def test_measured_pass_rates_lean_the_draw_to_the_frontier(plugins, tmp_path, ti
     pm = plugins("kz_triton", "kz_models")
     cfg = attrs.evolve(config(tmp_path, tiny), task_mix=TaskMixSection(builtin=1.0, edge_weight=edge))
     trainer = Trainer(cfg, pm=pm, log=lambda s: None)
-    tasks = [f"{p.level}/{p.name}" for p in trainer.tasks]
+    tasks = [f"{p.level}/{p.name}" for p in trainer.problems.tasks]
     frontier = tasks[0]
     rows = [{"round": 0, "task": t, "passed": 2 if t == frontier else 0, "k": 4} for t in tasks]
     (tmp_path / "run").mkdir(parents=True, exist_ok=True)
     (tmp_path / "run" / "task_rates.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    drawn, _ = trainer.coder_tasks(2000, round=1)
+    drawn, _ = trainer.problems.coder_tasks(2000, round=1)
     share = sum(f"{p.level}/{p.name}" == frontier for p in drawn) / len(drawn)
     expected = (1 + edge) / (1 + edge + edge * (len(tasks) - 1))  # 26 tasks: ~0.30 / ~0.67, uniform 1/26 ~ 0.04
     assert abs(share - expected) < 0.05, (share, expected)
@@ -274,7 +274,7 @@ def test_scoring_fills_the_policys_batch_with_each_call(plugins, tmp_path, tiny)
     pm = plugins("kz_triton", "kz_models")
     cfg = config(tmp_path, tiny)
     trainer = Trainer(attrs.evolve(cfg, plugins=PluginsSection(workers=1, generation="hf?batch_size=64")), pm=pm)
-    policy = trainer.policy_for(tiny)
+    policy = trainer.context.policy_for(tiny)
     try:
         assert policy.batch_size == 64
         assert prompts_per_call(policy, 4) == 16 and prompts_per_call(policy, 16) == 4
@@ -290,6 +290,7 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
     how many verdicts it found on disk, as kzcore.evaluate.runner.evaluate does through ``on_start``.)"""
     from kzcore.problems import load_problems
     from kzcore.train import scoring
+    from kzcore.train.context import RunContext
     from tests import fakes_policy
 
     on_disk = []
@@ -302,12 +303,13 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
     monkeypatch.setattr(scoring, "evaluate", evaluate)
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "3_Sigmoid")]
     lines: list[str] = []
-    trainer = types.SimpleNamespace(config=TrainConfig(), pool=None, pm=plugins("kz_triton"), log=lines.append)
+    # no executor runs: the stand-in evaluate above is handed this one and ignores it
+    context = RunContext(TrainConfig(), pm=plugins("kz_triton"), log=lines.append, executor=object())
     params = scoring.SamplingParams(n=1)
     for _ in range(2):
         lines.clear()
         scoring.sample_and_evaluate(
-            trainer, fakes_policy.ScriptedPolicy(), problems, "triton", params, tmp_path, "", "held-out 00-sft"
+            context, fakes_policy.ScriptedPolicy(), problems, "triton", params, tmp_path, "", "held-out 00-sft"
         )
     assert lines == [
         "held-out 00-sft: sampling 1 per problem: 2/2 reused from an earlier run",

@@ -50,11 +50,12 @@ class ModelsSection:
 
 @attrs.frozen
 class PluginsSection:
+    # names of what installed plugins register; which plugins load is not set here but by the "kzcore" entry
+    # points and KZ_LOAD_PLUGINS / KZ_DISABLE_PLUGINS (kzcore.plugins)
     languages: tuple[str, ...] = attrs.field(default=("triton",), converter=tuple)
     executor: str = "local"
     generation: str = "hf"  # policy backend that samples a checkpoint outside GRPO (held-out, Coder pass rates)
     workers: int | None = None
-    load: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # extra importable plugin specs
 
 
 def _specs(value) -> tuple[str, ...]:
@@ -157,7 +158,7 @@ class ProposerSection:
 @attrs.frozen
 class PromptsSection:
     # The Coder's prompt template, the same in SFT data, RL, pass-rate sampling and held-out evaluation
-    # (Trainer.coder_prompt is the one place that builds it).
+    # (RunContext.coder_prompt is the one place that builds it).
     coder_template: str = "principles"
 
 

@@ -177,7 +177,7 @@ def _decontamination(config: TrainConfig, pm) -> dict:
         return {"mode": mode}
     from kzcore.decontam import decontaminate, label
     from kzcore.problems import load_problems
-    from kzcore.train.trainer import heldout_problems, training_problems
+    from kzcore.train.tasks import heldout_problems, training_problems
 
     try:
         heldout = heldout_problems(config, pm)

@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -33,6 +34,10 @@ from kzcore.rewards import frontier_reward, gate_failure_reward
 from kzcore.train.coder import completion_text, keep_steps_before, run_grpo
 from kzcore.types import Candidate, EvalJob, Phase
 
+if TYPE_CHECKING:
+    from kzcore.train.context import RunContext
+    from kzcore.train.tasks import RunProblems
+
 
 class ProposerReward:
     """A TRL reward function: module completions → gates → the Coder's pass rate → frontier reward."""
@@ -43,7 +48,7 @@ class ProposerReward:
         chats,
         coder,
         language: str,
-        pool,
+        executor,
         eval_config,
         settings,
         k: int,
@@ -53,10 +58,10 @@ class ProposerReward:
         prompt_for=None,
     ):
         self.__name__ = "frontier"
-        # the Coder's prompt, built as in every other phase (Trainer.coder_prompt)
+        # the Coder's prompt, built as in every other phase (RunContext.coder_prompt)
         self.prompt_for = prompt_for or functools.partial(build_prompt, language=language)
         self.run, self.chats, self.coder, self.language = run, chats, coder, language
-        self.pool, self.eval_config, self.settings, self.k = pool, eval_config, settings, k
+        self.executor, self.eval_config, self.settings, self.k = executor, eval_config, settings, k
         self.max_new_tokens, self.pool_path, self.log_path = max_new_tokens, pool_path, log_path
 
     def __call__(self, prompts, completions, apis, chat_index, trainer_state=None, log_metric=None, **kwargs):
@@ -99,7 +104,7 @@ class ProposerReward:
             for c in samples:
                 cand = Candidate(problem.name, self.language, problem.level, c.sample_index, completion=c.text)
                 jobs.append(EvalJob(problem=problem, candidate=cand, config=self.eval_config))
-        passed = collections.Counter(r.problem for r in map_prepared(self.pool, jobs) if r.correct)
+        passed = collections.Counter(r.problem for r in map_prepared(self.executor, jobs) if r.correct)
         rates = {p.name: PassRate(round=self.run.round, k=self.k, passed=passed[p.name]) for p in problems}
         return [attrs.evolve(r, pass_rates=(*r.pass_rates, rates[r.name])) if r.name in rates else r for r in records]
 
@@ -119,11 +124,11 @@ class ProposerReward:
             log_metric("kz/accepted", float(row["accepted"]))
 
 
-def propose_frozen(trainer, dataset, reward: ProposerReward, settings) -> dict:
-    """A frozen Proposer phase: the Proposer as it is samples ``num_generations`` modules per prompt, which
-    are judged, measured against the current Coder, paid and filed exactly as in a training step, but no
+def propose_frozen(context: RunContext, checkpoint: str, dataset, reward: ProposerReward, settings) -> dict:
+    """A frozen Proposer phase: the Proposer at ``checkpoint`` samples ``num_generations`` modules per prompt,
+    which are judged, measured against the current Coder, paid and filed exactly as in a training step, but no
     weights change and no checkpoint is saved."""
-    policy = trainer.policy_for(trainer.latest_checkpoint("proposer"))
+    policy = context.policy_for(checkpoint)
     params = SamplingParams(
         n=settings.num_generations, temperature=settings.temperature, top_p=settings.top_p,
         max_new_tokens=settings.max_completion_length, seed=settings.seed,
@@ -152,31 +157,36 @@ def propose_frozen(trainer, dataset, reward: ProposerReward, settings) -> dict:
     }
 
 
-def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
-    """One Proposer phase of ``trainer`` (a kzcore.train.trainer.Trainer)."""
+def run_proposer_phase(
+    context: RunContext, problems: RunProblems, phase: Phase, phase_dir: Path, *, coder_checkpoint: str,
+    proposer_checkpoint: str,
+) -> dict:  # fmt: skip
+    """One Proposer phase of the run ``context``: the Proposer at ``proposer_checkpoint`` is trained (or, frozen,
+    only samples) against the Coder at ``coder_checkpoint``; ``problems`` gives the task pool and the Coder's
+    tasks and measured results that weight the API draw."""
     from datasets import Dataset
 
-    cfg = trainer.config
+    cfg = context.config
     settings = attrs.evolve(cfg.proposer_grpo, max_steps=phase.steps)
     seed = cfg.run.seed + 1000 * phase.round
     catalog = load_catalog()
-    history = read_pool(trainer.pool_path()) if trainer.pool_path().exists() else []
+    history = read_pool(problems.pool_path) if problems.pool_path.exists() else []
     # the Coder's results on its other tasks (built-in, cold-start, variant, composed) weight the draw too
-    results = trainer.task_results()
-    coder_tasks = coder_task_records(trainer.tasks, results, catalog) if results else []
-    examples = load_examples(catalog, pm=trainer.pm)
+    results = problems.task_results()
+    coder_tasks = coder_task_records(problems.tasks, results, catalog) if results else []
+    examples = load_examples(catalog, pm=context.pm)
     unseen = cfg.proposer.unseen_weight
     known: frozenset[str] = frozenset()
     if unseen != 1.0:  # what the Proposer has seen: its prompt's examples (APIs known), the cold start's and the
         # Coder's problems (the "coldstart" tasks are among the cold start's: each module parsed once)
-        problems = {(p.level, p.name): p for p in [*trainer.proposer_cold_start_problems(), *trainer.tasks]}
-        known = known.union(*(apis for _, apis in examples)) | known_apis(catalog, problems.values())
+        seen = {(p.level, p.name): p for p in [*problems.proposer_cold_start_problems(), *problems.tasks]}
+        known = known.union(*(apis for _, apis in examples)) | known_apis(catalog, seen.values())
     sampler = SamplerConfig(
         min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1], known_apis=known, unseen_weight=unseen
     )
     run = ProposerRun(
         policy="proposer", catalog=catalog, seed=seed, round=phase.round,
-        check_problems=functools.partial(check_problems, pool=trainer.pool), config=cfg.eval, sampler=sampler,
+        check_problems=functools.partial(check_problems, pool=context.executor), config=cfg.eval, sampler=sampler,
         params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
         example_pool=examples, history=history + coder_tasks,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
@@ -186,19 +196,19 @@ def run_proposer_phase(trainer, phase: Phase, phase_dir: Path) -> dict:
     dataset = Dataset.from_list(
         [{"prompt": c, "apis": list(a), "chat_index": i} for i, (a, c) in enumerate(zip(api_sets, chats))]
     )
-    coder = trainer.policy_for(trainer.latest_checkpoint("coder"))
+    coder = context.policy_for(coder_checkpoint)
     log_path = phase_dir / "rewards.jsonl"
     try:
         reward = ProposerReward(
-            run, chats, coder, trainer.language, trainer.pool, cfg.eval, cfg.proposer, cfg.proposer.k,
-            cfg.coder.max_completion_length, trainer.pool_path(), log_path, prompt_for=trainer.coder_prompt,
+            run, chats, coder, context.language, context.executor, cfg.eval, cfg.proposer, cfg.proposer.k,
+            cfg.coder.max_completion_length, problems.pool_path, log_path, prompt_for=context.coder_prompt,
         )  # fmt: skip
         if phase.frozen:
-            metrics = propose_frozen(trainer, dataset, reward, settings)
+            metrics = propose_frozen(context, proposer_checkpoint, dataset, reward, settings)
         else:
             metrics = run_grpo(
-                trainer.latest_checkpoint("proposer"), dataset, [reward], settings, phase_dir / "model", pm=trainer.pm,
-                log=trainer.log, quiet=cfg.run.quiet, label="proposer",
+                proposer_checkpoint, dataset, [reward], settings, phase_dir / "model", pm=context.pm,
+                log=context.log, quiet=cfg.run.quiet, label="proposer",
             )  # fmt: skip
     finally:
         coder.close()

@@ -13,34 +13,36 @@ from kzcore.metrics import summarize
 from kzcore.policy import SamplingParams
 from kzcore.progress import Progress
 from kzcore.sampling import read_completions, sample_candidates
+from kzcore.train.context import RunContext
 from kzcore.types import EvalResult, Problem
 
 
 def sample_and_evaluate(
-    trainer, policy, problems: list[Problem], language: str, params: SamplingParams, out: Path, files: str, where: str
-) -> list[EvalResult]:
-    """``params.n`` completions of each problem from ``policy`` in ``language``, evaluated; for ``trainer`` (a
-    kzcore.train.trainer.Trainer: its config, executor, plugins and log). Completions and verdicts go to
+    context: RunContext, policy, problems: list[Problem], language: str, params: SamplingParams, out: Path, files: str,
+    where: str,
+) -> list[EvalResult]:  # fmt: skip
+    """``params.n`` completions of each problem from ``policy`` in ``language``, evaluated through the run's
+    executor (``context``: also its Coder prompt template, plugins and log). Completions and verdicts go to
     ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl`` (both resume); what
     an earlier run left there is reused, and the progress lines say so rather than count it as done now."""
     completions = out / f"{files}completions-{language}.jsonl"
     reused = already_sampled(completions, problems, language)
     label = f"{where}: sampling {params.n} per problem"
     if reused:
-        trainer.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
-    with Progress(label, None, trainer.log) as bar:
+        context.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
+    with Progress(label, None, context.log) as bar:
         if reused < len(problems):
             bar.start(len(problems) - reused)
         candidates = sample_candidates(
-            policy, problems, language, params, completions, template=trainer.config.prompts.coder_template,
-            batch_size=prompts_per_call(policy, params.n), on_batch=bar.advance, pm=trainer.pm,
+            policy, problems, language, params, completions, template=context.config.prompts.coder_template,
+            batch_size=prompts_per_call(policy, params.n), on_batch=bar.advance, pm=context.pm,
         )  # fmt: skip
-    with Progress(f"{where}: evaluating", None, trainer.log) as bar:
+    with Progress(f"{where}: evaluating", None, context.log) as bar:
         correct = 0
 
         def on_start(already: int, todo: int) -> None:
             if already:
-                trainer.log(f"{where}: evaluating: {already} results reused from an earlier run")
+                context.log(f"{where}: evaluating: {already} results reused from an earlier run")
             if todo or not already:
                 bar.start(todo)
 
@@ -50,11 +52,11 @@ def sample_and_evaluate(
             bar.advance(1, f"{correct} correct")
 
         def on_stale(stale) -> None:
-            trainer.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
+            context.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
 
         return evaluate(
-            problems, candidates, trainer.config.eval, out / f"{files}results-{language}.jsonl",
-            executor=trainer.pool, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=trainer.pm,
+            problems, candidates, context.config.eval, out / f"{files}results-{language}.jsonl",
+            executor=context.executor, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=context.pm,
         )  # fmt: skip
 
 
@@ -80,7 +82,7 @@ def prompts_per_call(policy, n: int, default: int = 8) -> int:
 
 
 def score_problems(
-    trainer, policy, problems: list[Problem], language: str, out: Path, where: str, prefix: str, clean=None
+    context: RunContext, policy, problems: list[Problem], language: str, out: Path, where: str, prefix: str, clean=None
 ) -> dict:
     """Metrics ``{prefix}_{language}[_l{level}]_pass@k`` / ``_fast_1@k`` (for each ``[heldout] k`` <= n) and
     ``{prefix}_{language}_statuses`` of ``policy`` on ``problems``, sampled with the ``[heldout]`` settings;
@@ -88,12 +90,12 @@ def score_problems(
     "heldout". With ``clean`` (the problems among them that decontamination found no near-duplicate of,
     kzcore.decontam), the same results also give ``{prefix}_{language}_clean_pass@k`` / ``_clean_fast_1@k``
     over those alone and their count ``{prefix}_{language}_clean_problems``: no more sampling."""
-    cfg = trainer.config.heldout
+    cfg = context.config.heldout
     params = SamplingParams(
-        n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=trainer.config.run.seed
+        n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=context.config.run.seed
     )
     files = "" if prefix == "heldout" else f"{prefix}-"
-    results = sample_and_evaluate(trainer, policy, problems, language, params, out, files, f"{where} [{language}]")
+    results = sample_and_evaluate(context, policy, problems, language, params, out, files, f"{where} [{language}]")
     metrics: dict = {f"{prefix}_{language}_statuses": dict(collections.Counter(r.status.value for r in results))}
     names = [(p.level, p.name) for p in problems]
     for k in (k for k in cfg.k if k <= cfg.n):
@@ -112,21 +114,24 @@ def score_problems(
     return metrics
 
 
-def calibrate_tasks(trainer, out: Path) -> tuple[dict[str, tuple[int, int]], dict]:
-    """``[task_mix] calibrate`` samples of every ``[problems] tasks`` problem from ``trainer``'s current Coder
-    (with the Coder's sampling settings), evaluated: (each task's (correct, samples), keyed "level/name"; metrics
+def calibrate_tasks(
+    context: RunContext, checkpoint: str, tasks: list[Problem], out: Path
+) -> tuple[dict[str, tuple[int, int]], dict]:
+    """``[task_mix] calibrate`` samples of every one of ``tasks`` (the ``[problems] tasks`` problems) from the
+    Coder at ``checkpoint`` (with the Coder's sampling settings), evaluated: (each task's (correct, samples),
+    keyed "level/name"; metrics
     ``calibration_tasks``, ``calibration_frontier`` (tasks with a pass rate strictly between 0 and 1),
     ``calibration_correct``, ``calibration_seconds``). Completions and verdicts stay in ``out``."""
     t0 = time.perf_counter()
-    k, coder, tasks, language = trainer.config.task_mix.calibrate, trainer.config.coder, trainer.tasks, trainer.language
+    k, coder, language = context.config.task_mix.calibrate, context.config.coder, context.language
     params = SamplingParams(
         n=k, temperature=coder.temperature, top_p=coder.top_p, max_new_tokens=coder.max_completion_length,
-        seed=trainer.config.run.seed,
+        seed=context.config.run.seed,
     )  # fmt: skip
-    policy = trainer.policy_for(trainer.latest_checkpoint("coder"))
+    policy = context.policy_for(checkpoint)
     try:
         where = f"calibrating {len(tasks)} tasks [{language}]"
-        results = sample_and_evaluate(trainer, policy, tasks, language, params, out, "", where)
+        results = sample_and_evaluate(context, policy, tasks, language, params, out, "", where)
     finally:
         policy.close()
     passed = {f"{p.level}/{p.name}": 0 for p in tasks}
