@@ -2,8 +2,11 @@
 asks it, through the per-language hooks' defaults (`kzcore.builtins.languages`), how to check, load,
 instrument and precompile a candidate, what to put in a prompt, and what its evaluator workers need: their
 environment, the compiler caches they may write, the packages the tamper watch covers. The functions below
-answer those questions for every registered language at once. Neighbours: `plugins` (the registry),
-`executors.lifecycle` (environment, caches), `evaluate.integrity` (own packages).
+answer those questions for every registered language at once. A language also writes its solutions to the
+trainer's generated op-family problems, and names the packages a run header records and the namespaces the
+static checks leave to its kernels. Neighbours: `plugins` (the registry), `executors.lifecycle` (environment,
+caches), `evaluate.integrity` (own packages), `evaluate.static` (kernel namespaces), `results` (tracked
+packages), `train.variants` (variant solutions).
 
 Nothing heavy is imported here: every plugin imports this module when it loads."""
 
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kzcore.errors import KzError
 
 if TYPE_CHECKING:
+    from kzcore.train.family import Elementwise, RowReduction
     from kzcore.types import EvalConfig, LaunchCounter, Problem, PromptSection
 
 CORE_PACKAGE = "kzcore"
@@ -48,7 +52,11 @@ class Language:
     checked and compiled there; ``kz eval`` says so). ``guard_torch_ops`` turns on the runtime guard that flags
     PyTorch compute inside a candidate's forward (off only for languages whose candidates *are* PyTorch, like
     the test suite's toy "python" language). ``own_packages`` are the top-level packages the evaluator's tamper
-    watch covers for this language (default: the package that defines the class).
+    watch covers for this language (default: the package that defines the class). ``tracked_packages`` are the
+    distributions whose installed versions a results file's run header records (``triton``), beside the
+    core's. ``kernel_namespaces`` are the names a candidate's kernel API is reached through (``tl``,
+    ``triton``): the static checks do not read a call under one of them as a PyTorch tensor method, even one
+    named like one (``tl.sum``).
 
     The attributes may also be given as keywords (``Language(name="mylang", needs_gpu=True)``), which is all a
     language needs whose plugin implements the kernel-pipeline hooks itself. Methods that run in an evaluator
@@ -62,6 +70,8 @@ class Language:
     fence_tags: tuple[str, ...] = ("python",)
     needs_gpu: bool = False
     guard_torch_ops: bool = True
+    tracked_packages: tuple[str, ...] = ()
+    kernel_namespaces: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -71,9 +81,12 @@ class Language:
         fence_tags: Sequence[str] | None = None,
         needs_gpu: bool | None = None,
         guard_torch_ops: bool | None = None,
+        tracked_packages: Sequence[str] | None = None,
+        kernel_namespaces: Sequence[str] | None = None,
     ):
         given = {"name": name, "description": description, "needs_gpu": needs_gpu, "guard_torch_ops": guard_torch_ops}
-        given["fence_tags"] = None if fence_tags is None else tuple(fence_tags)
+        sequences = dict(fence_tags=fence_tags, tracked_packages=tracked_packages, kernel_namespaces=kernel_namespaces)
+        given.update({key: None if value is None else tuple(value) for key, value in sequences.items()})
         for key, value in given.items():
             if value is not None:
                 setattr(self, key, value)
@@ -121,6 +134,15 @@ class Language:
         scratch directory; everything else is read-only there. Computed in the process that starts the
         workers. Default: none."""
         return []
+
+    def variant_solution(self, member: Elementwise | RowReduction) -> str | None:
+        """A solution module in this language for a generated op-family problem (cold-start variants,
+        kzcore/train/family.py), or None when the language has none for ``member``. ``member.family`` says
+        which kind it is: "elementwise" (``op``, ``summary``, ``inputs``, ``params``, ``fp16``) or
+        "row_reduction" (``op``, ``keepdim``, ``name``, ``title``); ``member.init_source`` is the ``__init__``
+        method ``ModelNew`` shares with the problem's ``Model``. Distillation keeps only solutions the
+        evaluator files correct. Default: None."""
+        return None
 
     # -- in an evaluator worker -------------------------------------------------------------------------
     def worker_started(self, device: str) -> None:
@@ -175,3 +197,13 @@ def writable_caches(languages: Iterable[Language]) -> list[Path]:
 def own_packages(languages: Iterable[Language]) -> tuple[str, ...]:
     """kzcore and the packages of all ``languages``: what the tamper watch covers."""
     return tuple(dict.fromkeys([CORE_PACKAGE, *(p for language in languages for p in language.own_packages)]))
+
+
+def tracked_packages(languages: Iterable[Language]) -> tuple[str, ...]:
+    """The distributions all ``languages`` track (a run header records their versions), each once, in order."""
+    return tuple(dict.fromkeys(p for language in languages for p in language.tracked_packages))
+
+
+def kernel_namespaces(languages: Iterable[Language]) -> tuple[str, ...]:
+    """The kernel namespaces of all ``languages``, each once, in order."""
+    return tuple(dict.fromkeys(n for language in languages for n in language.kernel_namespaces))

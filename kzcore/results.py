@@ -15,23 +15,23 @@ from pathlib import Path
 from kzcore.jsonl import OnSkip, open_for_append, read_jsonl
 from kzcore.types import SCHEMA, EvalConfig, EvalResult, from_json, to_json
 
-TRACKED_PACKAGES = (
-    "kzcore",
-    "torch",
-    "triton",
-    "pluggy",
-    "attrs",
-    "numpy",
-    "cupy-cuda12x",
-    "cupy-cuda13x",
-    "cuda-python",
-)
+# distributions every run header records; each language adds its own (`Language.tracked_packages`)
+CORE_PACKAGES = ("kzcore", "torch", "pluggy", "attrs", "numpy")
 STALE = "stale"  # the "type" of a line retracting an earlier result (`ResultsWriter.write_stale`)
 
 
-def package_versions() -> dict[str, str]:
+def tracked_packages(pm=None) -> tuple[str, ...]:
+    """The core's packages, then those of every language ``pm`` (default: the process's manager) registers."""
+    from kzcore.language import tracked_packages as of_languages
+    from kzcore.plugins import languages
+
+    return tuple(dict.fromkeys(CORE_PACKAGES + of_languages(languages(pm).items.values())))
+
+
+def package_versions(pm=None) -> dict[str, str]:
+    """Installed version of each of `tracked_packages`; one not installed is left out."""
     versions = {}
-    for name in TRACKED_PACKAGES:
+    for name in tracked_packages(pm):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -39,14 +39,17 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def run_header(config: EvalConfig, executor_info: dict, plugins: list[str], argv: list[str] | None = None) -> dict:
+def run_header(
+    config: EvalConfig, executor_info: dict, plugins: list[str], argv: list[str] | None = None, pm=None
+) -> dict:
+    """What produced a results file: versions (of ``pm``'s languages' packages too), executor, plugins, config."""
     return {
         "type": "run",
         "schema": SCHEMA,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "packages": package_versions(),
+        "packages": package_versions(pm),
         "executor": executor_info,
         "plugins": plugins,
         "config": to_json(config),

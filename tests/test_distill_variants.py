@@ -12,6 +12,8 @@ import attrs
 import pytest
 
 from kz_suites import BUILTIN_SUITE
+from kzcore import Language
+from kzcore.plugins import new_plugin_manager
 from kzcore.policy import Completion
 from kzcore.problems import apply_size_profile, import_module_from_file, load_problems
 from kzcore.train import variants as V
@@ -25,7 +27,9 @@ SOLUTIONS = BUILTIN_SUITE / "solutions/triton"
 
 @pytest.fixture(scope="module")
 def generated():
-    return V.generate(BUILTIN, ["triton", "cuda"])
+    # the op family's solutions are the languages' own (Language.variant_solution): both plugins registered
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites", "kz_triton", "kz_cuda"])
+    return V.generate(BUILTIN, ["triton", "cuda"], pm=pm)
 
 
 def _constants(source: str) -> dict[str, int]:
@@ -90,6 +94,29 @@ def test_the_op_family_has_triton_and_cuda_solutions_and_records_its_op(generate
         assert v.origin == v.op and set(v.solutions) == {"triton", "cuda"}
         assert "@triton.jit" in v.solutions["triton"] and 'extern "C" __global__' in v.solutions["cuda"]
         assert "class Model(" in v.problem.source and "class ModelNew(" in v.solutions["triton"]
+
+
+class ReluOnly(Language):
+    """Writes a solution to the float32 relu member only, naming what it was given."""
+
+    name = "relu-only"
+
+    def variant_solution(self, member):
+        if member.family == "elementwise" and member.op == "relu" and not member.fp16:
+            return f"# {member.summary}: {member.inputs}\n{member.init_source}"
+        return None
+
+
+def test_family_solutions_are_the_languages_own():
+    """The core writes the problems; a family member is offered only where a language writes its solution."""
+    kept = V.family_variants([ReluOnly(), Language(name="none")])  # the default writes none
+    assert [(v.name, v.kind, v.op, v.solutions) for v in kept] == [
+        ("fam_relu", "family", "relu", {"relu-only": "# ReLU: ('x',)\n    def __init__(self):\n        super().__init__()\n"}),
+    ]  # fmt: skip
+    assert "torch.relu(x)" in kept[0].problem.source and kept[0].problem.suite == "variants"
+    # a language nobody registered writes no family solutions: only the size variants of its reference solutions
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
+    assert {v.kind for v in V.generate(BUILTIN, ["triton"], pm=pm)} == {"size"}
 
 
 def test_exclusion_drops_the_heldout_origin_and_its_op_only(generated):

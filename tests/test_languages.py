@@ -6,6 +6,7 @@ with every defence the bundled ones get."""
 
 from __future__ import annotations
 
+import ast
 import types
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from kzcore.errors import KzError
 from kzcore.evaluate import integrity
 from kzcore.executors import caches
 from kzcore.executors.local import LocalPool
-from kzcore.language import own_packages, worker_environment, writable_caches
+from kzcore.language import kernel_namespaces, own_packages, tracked_packages, worker_environment, writable_caches
 from kzcore.plugins import languages_of
 from kzcore.problems import load_problems
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Status
@@ -149,6 +150,53 @@ def test_bundled_languages_give_the_worker_what_was_hard_coded(monkeypatch, tmp_
     assert sorted(caches.refused_writable(declared)) == sorted(
         [str(home / ".triton"), str(tmp_path / "TRITON_HOME" / ".triton"), str(tmp_path / "TRITON_CACHE_DIR")]
     )
+
+
+def test_bundled_languages_declare_the_packages_and_namespaces_the_core_hard_coded(plugins):
+    """The run header's packages and the static check's kernel namespaces, as kzcore listed them itself."""
+    from kzcore.results import tracked_packages as recorded
+
+    bundled = languages_of(["kz_triton", "kz_cuda"])
+    assert tracked_packages(bundled) == ("triton", "cupy-cuda12x", "cupy-cuda13x", "cuda-python")
+    assert kernel_namespaces(bundled) == ("tl", "triton")
+    hard_coded = {
+        "kzcore",
+        "torch",
+        "triton",
+        "pluggy",
+        "attrs",
+        "numpy",
+        "cupy-cuda12x",
+        "cupy-cuda13x",
+        "cuda-python",
+    }
+    assert set(recorded(plugins("kz_triton", "kz_cuda"))) == hard_coded
+
+
+class RegistersLanguage:
+    def __init__(self, language):
+        self.language = language
+
+    @hookimpl
+    def kz_register_languages(self, register):
+        register(self.language)
+
+
+def test_a_languages_tracked_packages_and_kernel_namespaces_reach_the_core(isolated_plugins):
+    from kzcore.evaluate.static import ModuleInfo, forward_violations
+    from kzcore.results import run_header
+
+    source = "class ModelNew:\n    def forward(self, x):\n        return mylib.sum(x)\n"
+
+    def violations():
+        return forward_violations(ModuleInfo(ast.parse(source)))
+
+    assert violations() == ["line 3: calls tensor method `.sum()` (PyTorch compute) in the forward path"]
+    assert "pytest" not in run_header(CONFIG, {}, [], argv=[])["packages"]
+    mylang = Language(name="mylang", tracked_packages=["pytest"], kernel_namespaces=["mylib"])
+    isolated_plugins.register(RegistersLanguage(mylang), name="mylang")
+    assert violations() == []  # mylib.sum is the language's kernel API, not a tensor method
+    assert run_header(CONFIG, {}, [], argv=[], pm=isolated_plugins)["packages"]["pytest"] == pytest.__version__
 
 
 def test_two_languages_setting_one_variable_differently_cannot_share_a_worker():

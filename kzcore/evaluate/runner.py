@@ -145,7 +145,7 @@ def evaluate(
     writer = ResultsWriter(out)
     try:
         flags = problem_flags(jobs, config, pool)
-        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm)))
+        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm), pm=pm))
         for result in pool.map(jobs):
             if flags.get((result.level, result.problem)):
                 result = attrs.evolve(result, problem_degenerate=flags[(result.level, result.problem)])

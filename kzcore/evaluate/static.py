@@ -1,7 +1,8 @@
 """Forward-path analysis shared by kernel-language plugins, from the AST alone: what ``ModelNew.forward``
 and the functions it reaches may call. Allowed: allocation, views and shape queries; not allowed: PyTorch
 compute, ``nn`` submodule calls, the reference ``Model``, dynamic dispatch. Each language adds its own
-kernel predicate and checks (kz_triton.static, kz_cuda.static)."""
+kernel predicate and checks (kz_triton.static, kz_cuda.static) and declares the namespaces its kernel API is
+called through (`Language.kernel_namespaces`), which the forward-path rules leave alone."""
 
 from __future__ import annotations
 
@@ -116,8 +117,19 @@ class ModuleInfo:
         return path
 
 
-def violations_in(fn: ast.FunctionDef, mod: ModuleInfo) -> list[str]:
-    """PyTorch compute, submodule calls, the reference Model and dynamic dispatch inside ``fn``."""
+def exempt_namespaces() -> tuple[str, ...]:
+    """Names whose calls are never tensor methods, whatever they are called (``math.exp``, ``tl.sum``):
+    Python's ``math`` and the kernel namespaces of every registered language (`Language.kernel_namespaces`).
+    A name starting with one is exempt."""
+    from kzcore.language import kernel_namespaces
+    from kzcore.plugins import languages
+
+    return (*kernel_namespaces(languages().items.values()), "math")
+
+
+def violations_in(fn: ast.FunctionDef, mod: ModuleInfo, exempt: tuple[str, ...]) -> list[str]:
+    """PyTorch compute, submodule calls, the reference Model and dynamic dispatch inside ``fn``; a tensor
+    method's name called through a name starting with one of ``exempt`` (`exempt_namespaces`) is not one."""
     out = []
     for node in ast.walk(fn):
         line = getattr(node, "lineno", "?")
@@ -137,7 +149,7 @@ def violations_in(fn: ast.FunctionDef, mod: ModuleInfo) -> list[str]:
             out.append(f"line {line}: calls `{name}` (PyTorch compute) in the forward path")
         elif name.startswith("self.") and name[5:] in mod.submodules:
             out.append(f"line {line}: calls submodule `{name}` ({mod.submodules[name[5:]]}) instead of a kernel")
-        elif head and last in METHOD_COMPUTE and not head.startswith(("tl", "triton", "math")):
+        elif head and last in METHOD_COMPUTE and not head.startswith(exempt):
             out.append(f"line {line}: calls tensor method `.{last}()` (PyTorch compute) in the forward path")
         elif name in ("getattr", "eval", "exec", "__import__", "compile"):
             out.append(f"line {line}: calls `{name}` in the forward path (dynamic dispatch is not allowed)")
@@ -147,8 +159,9 @@ def violations_in(fn: ast.FunctionDef, mod: ModuleInfo) -> list[str]:
 def forward_violations(mod: ModuleInfo) -> list[str]:
     """Violations in the whole forward path, each reported once."""
     out: list[str] = []
+    exempt = exempt_namespaces()
     for fn in mod.forward_path():
-        out += [v for v in violations_in(fn, mod) if v not in out]
+        out += [v for v in violations_in(fn, mod, exempt) if v not in out]
     return out
 
 

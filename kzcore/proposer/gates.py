@@ -2,23 +2,22 @@
 
 Here: the AST gate (parses; defines Model with forward, get_inputs, get_init_inputs and a small size profile;
 uses every requested API, alias-aware; imports nothing but torch and math; no file, process or global-state
-access) and the normalized-AST dedup key. The runtime gates (runs, deterministic, finite) and the degeneracy
-filter run in a sandboxed evaluator worker (kzcore.evaluate.problem_check), which returns a
+access). The dedup key the ``duplicate`` gate compares is dedup.py's (importable from here too); names.py
+resolves a module's names through its imports. The runtime gates (runs, deterministic, finite) and the
+degeneracy filter run in a sandboxed evaluator worker (kzcore.evaluate.problem_check), which returns a
 ``kzcore.types.ProblemReport`` per module; ``runtime_gates`` turns one into recorded gate verdicts.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import functools
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 
 import attrs
 
 from kzcore.proposer.catalog import Catalog
+from kzcore.proposer.dedup import dedup_key as dedup_key  # the duplicate gate's key: importable from here too
+from kzcore.proposer.names import import_aliases, module_constants, qualified_name
 from kzcore.types import EvalConfig, Problem, ProblemReport
 
 # Gate and filter names, in the order propose() applies them. A record holds the verdicts up to the first
@@ -140,35 +139,6 @@ class AstCheck:
         return self.result.ok
 
 
-def import_aliases(tree: ast.AST) -> dict[str, str]:
-    """Local name → dotted module path bound by the module's imports (``F`` → ``torch.nn.functional``,
-    ``Conv2d`` → ``torch.nn.Conv2d``, ``torch`` → ``torch``)."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:
-                    root = a.name.split(".")[0]
-                    aliases[root] = root
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                if a.name != "*":
-                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def qualified_name(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """``F.conv2d`` → ``torch.nn.functional.conv2d`` when ``F`` is an import alias; None otherwise."""
-    if isinstance(node, ast.Name):
-        return aliases.get(node.id)
-    if isinstance(node, ast.Attribute):
-        base = qualified_name(node.value, aliases)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
 def spellings_used(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
     """Canonical spellings (catalog form) used by the module's classes and helper functions; get_inputs,
     get_init_inputs and module constants do not count, and operators count only outside ``__init__``."""
@@ -218,10 +188,6 @@ def _structure_problem(tree: ast.Module, require_small_profile: bool) -> str | N
     return None
 
 
-def _module_constants(tree: ast.Module) -> list[str]:
-    return [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
-
-
 def _small_profile_problem(tree: ast.Module) -> str | None:
     sizes = [
         n.value
@@ -236,7 +202,7 @@ def _small_profile_problem(tree: ast.Module) -> str | None:
         return "KZ_SIZES is not a literal dict of dicts"
     if not isinstance(profiles, dict) or not isinstance(profiles.get("small"), dict) or not profiles["small"]:
         return 'KZ_SIZES has no non-empty "small" profile'
-    constants = set(_module_constants(tree))
+    constants = set(module_constants(tree))
     unknown = [k for k in profiles["small"] if k not in constants]
     if unknown:
         return f'KZ_SIZES["small"] names {", ".join(map(str, unknown))}, not module constants'
@@ -345,149 +311,3 @@ def failure_stage(code: str, requested: Sequence[str], catalog: Catalog, failed_
 
 def _short(spelling: str) -> str:
     return spelling.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
-
-
-# ----------------------------------------------------------------------------------------------------
-# dedup: normalized AST (docstrings, imports and identifier names do not matter) + API set + shapes
-# ----------------------------------------------------------------------------------------------------
-
-_KEEP_NAMES = frozenset({"Model", "forward", "__init__", "get_inputs", "get_init_inputs", "KZ_SIZES"})
-
-
-@functools.cache
-def _library_attrs() -> frozenset[str]:
-    """Attribute names that mean a library method (tensor or nn.Module), so renaming them would change the
-    program: ``x.view`` stays ``view``; ``self.conv`` is the module's own name and is normalized."""
-    import torch
-
-    return frozenset(dir(torch.Tensor)) | frozenset(dir(torch.nn.Module))
-
-
-def _strip_docstrings(tree: ast.Module) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                if isinstance(body[0].value.value, str):
-                    node.body = body[1:] or [ast.Pass()]
-
-
-class _Renamer(ast.NodeTransformer):
-    """Renames user identifiers to _0, _1, … in order of first appearance, scope-aware (a function's
-    parameters and assigned names are its own); import aliases become the dotted path they stand for."""
-
-    def __init__(self, aliases: dict[str, str], module_names: set[str]):
-        self.aliases = aliases
-        self.module_names = module_names
-        self.names: dict[tuple, str] = {}
-        self.scopes: list[tuple[int, set[str]]] = []
-        self.keep = _KEEP_NAMES | set(dir(builtins))
-
-    def _canonical(self, key: tuple) -> str:
-        if key not in self.names:
-            self.names[key] = f"_{len(self.names)}"
-        return self.names[key]
-
-    def _var(self, name: str) -> str:
-        for scope_id, local in reversed(self.scopes):
-            if name in local:
-                return self._canonical((scope_id, name))
-        if name in self.aliases:
-            return self.aliases[name]
-        if name in self.keep:
-            return name
-        return self._canonical(("module", name))
-
-    def visit_Import(self, node):
-        return None
-
-    visit_ImportFrom = visit_Import
-
-    def visit_FunctionDef(self, node):
-        if node.name not in self.keep:
-            node.name = self._var(node.name)
-        local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-        local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        self.scopes.append((id(node), local))
-        try:
-            self.generic_visit(node)
-        finally:
-            self.scopes.pop()
-        return node
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node):
-        if node.name not in self.keep:
-            node.name = self._var(node.name)
-        self.generic_visit(node)
-        return node
-
-    def visit_arg(self, node):
-        node.arg = self._var(node.arg)
-        node.annotation = None
-        return node
-
-    def visit_Name(self, node):
-        node.id = self._var(node.id)
-        return node
-
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        if (
-            not getattr(node, "value_is_module", False)
-            and node.attr not in _library_attrs()
-            and not node.attr.startswith("__")
-        ):
-            node.attr = self._canonical(("attr", node.attr))
-        return node
-
-    def visit_Constant(self, node):
-        # KZ_SIZES keys name module constants as strings: rename them with the constants.
-        if isinstance(node.value, str) and node.value in self.module_names:
-            node.value = self._var(node.value)
-        return node
-
-
-def _mark_module_attributes(tree: ast.AST, aliases: dict[str, str]) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            node.value_is_module = qualified_name(node.value, aliases) is not None
-
-
-def normalized_ast(code: str) -> str:
-    """``ast.dump`` of the module with docstrings, imports, annotations and identifier names normalized away.
-    Raises SyntaxError when ``code`` does not parse."""
-    tree = ast.parse(code)
-    _strip_docstrings(tree)
-    aliases = import_aliases(tree)
-    _mark_module_attributes(tree, aliases)
-    tree = _Renamer(aliases, set(_module_constants(tree)) - _KEEP_NAMES).visit(tree)
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
-
-
-def _values_only(value):
-    # KZ_SIZES maps constant names to sizes; the names are not part of the shape.
-    if isinstance(value, dict):
-        return [_values_only(v) for v in value.values()]
-    return value
-
-
-def module_shapes(code: str) -> list:
-    """The literal values of the module's constants in order (names dropped, KZ_SIZES included): its sizes."""
-    tree = ast.parse(code)
-    values = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            try:
-                values.append(_values_only(ast.literal_eval(node.value)))
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
-    return values
-
-
-def dedup_key(code: str, apis: Sequence[str]) -> str:
-    """sha256 over the normalized AST, the sorted API set and the shapes: equal for the same module written
-    with other variable names, docstrings, comments or whitespace."""
-    payload = json.dumps([normalized_ast(code), sorted(apis), module_shapes(code)], default=repr)
-    return hashlib.sha256(payload.encode()).hexdigest()

@@ -23,6 +23,7 @@ class _CudaLanguage(Language):
 
     fence_tags = ("python", "py", "cuda")
     needs_gpu = True
+    tracked_packages = ("cupy-cuda12x", "cupy-cuda13x", "cuda-python")
 
     def writable_caches(self):
         # the cuda-inline builds (kz_cuda.inline), shared with the prebuild processes; the driver's and CuPy's
@@ -55,6 +56,11 @@ class Cuda(_CudaLanguage):
             PromptSection("Launcher API (kz_cuda)", f"```python\n{LAUNCHER_API}\n```", order=30),
             PromptSection("Example", EXAMPLE, order=40),
         ]
+
+    def variant_solution(self, member):
+        from kz_cuda.variants import variant_solution
+
+        return variant_solution(member)
 
     def worker_started(self, device):
         from kz_cuda.runtime import warm_up

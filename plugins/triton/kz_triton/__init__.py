@@ -19,6 +19,8 @@ class Triton(Language):
     name = "triton"
     description = "Triton kernels in a Python module (KernelBench format); interpreter on CPU"
     fence_tags = ("python", "py", "triton")
+    tracked_packages = ("triton",)
+    kernel_namespaces = ("tl", "triton")  # tl.sum(...) is Triton's, not a tensor method
 
     def static_check(self, source):
         return check_source(source)
@@ -27,6 +29,11 @@ class Triton(Language):
         from kz_triton.prompt import EXAMPLE, RULES
 
         return [PromptSection("Triton rules", RULES, order=20), PromptSection("Example", EXAMPLE, order=40)]
+
+    def variant_solution(self, member):
+        from kz_triton.variants import variant_solution
+
+        return variant_solution(member)
 
     def worker_environment(self, device):
         # explicit both ways: a TRITON_INTERPRET=1 left in the parent's environment must not reach GPU workers
