@@ -350,6 +350,3 @@ def from_json(cls: type, data: dict) -> Any:
     """JSON dict → attrs instance of ``cls``; unknown keys are ignored so old readers accept new files."""
     names = {f.name for f in attrs.fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
-
-
-Factory = Callable[..., Any]

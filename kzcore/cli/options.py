@@ -84,7 +84,7 @@ def _eval_fields(names=None) -> list:
 
 def _eval_option(field) -> tuple[str, dict, bool]:
     """(flag, argparse keywords, negated) of an EvalConfig field's option, all read from the field and its
-    metadata (`kzcore.types._setting`). A bool is a switch away from its default: ``--NAME`` turns on one
+    metadata (`kzcore.eval_config._setting`). A bool is a switch away from its default: ``--NAME`` turns on one
     that is off, ``--no-NAME`` (negated: its value is ``not`` the switch's) turns off one that is on."""
     import typing
 
