@@ -221,7 +221,7 @@ def start_plan(tmp_path, monkeypatch, **plan) -> list[str]:
 
 @pytest.mark.slow
 def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
-    # defence: LocalPool._replace kills the crashed worker and starts its successor without waiting for it
+    # defence: WorkerLifecycle.replace kills the crashed worker and starts its successor without waiting for it
     # (it takes jobs once it reports ready); before, the scheduling loop waited out every replacement's
     # start (10-13 s on a GPU), so one crash froze every other worker's results and ran their deadlines out
     plugins = start_plan(tmp_path, monkeypatch, delay_from=2, delay_s=20)  # the replacement is slow to start
@@ -247,7 +247,7 @@ def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, monkeypatch):
-    # defence: LocalPool._succeed promotes a ready spare (EvalConfig.standby_workers) into a dead worker's
+    # defence: WorkerLifecycle._succeed promotes a ready spare (EvalConfig.standby_workers) into a dead worker's
     # slot and starts a new spare behind it; without one, the slot waits out a new worker's start-up
     import attrs
 
@@ -275,7 +275,7 @@ def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, 
 
 @pytest.mark.slow
 def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch):
-    # defence: LocalPool._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
+    # defence: WorkerLifecycle._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
     # map with a one-line KzError; results already yielded stay with the caller
     from kzcore.errors import KzError
     from kzcore.executors.local import MAX_START_FAILURES
@@ -304,7 +304,7 @@ def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, t
 
 @pytest.mark.slow
 def test_a_replacement_that_hangs_while_starting_is_given_up_on(relu, tmp_path, monkeypatch):
-    # defence: LocalPool._tend kills a replacement that has not reported ready by its start deadline and tries
+    # defence: WorkerLifecycle.tend kills a replacement that has not reported ready by its start deadline and tries
     # again; after MAX_START_FAILURES the map stops with a one-line error instead of waiting forever
     from kzcore.errors import KzError
     from kzcore.executors import local

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from kzcore import hookimpl
-from kzcore.evaluate.pipeline import Evaluation as TimingStage
 from kzcore.evaluate.placement import MIB, Placements, per_placement, placement_count, placements_for
-from kzcore.evaluate.timing import combine
+from kzcore.evaluate.stage import EvaluationState
+from kzcore.evaluate.timing import combine, timing_pass
 from kzcore.plugins import new_plugin_manager
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Timing
 from tests.fakes_inputs import pairs_through
@@ -151,20 +151,19 @@ def test_the_timing_stage_times_each_placement_and_keeps_their_mean(tmp_path):
     )
     problem = Problem(name="p", level=1, source="", path=None)
     job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
-    stage = TimingStage(job, pm, tmp_path, "cuda")
+    state = EvaluationState(job, pm, tmp_path, "cuda")
     reference, candidate = Seen(), Seen()
     x = torch.randn(256, 64)
-    stage.timing(None, reference, candidate, ([x.clone(), 2.0], [x.clone(), 2.0]))
+    timing_pass(state, None, reference, candidate, ([x.clone(), 2.0], [x.clone(), 2.0]))
     assert [c.reps for c in timer.calls] == [25] * 4
     assert len(set(candidate.addresses)) == 4 and len(set(reference.addresses)) == 4
-    assert stage.fields["cand_ms"] == pytest.approx(0.5) and stage.fields["timing_reps"] == 100
-    assert "depends on where its inputs lie: 0.4-0.6 ms over 4 placements" in stage.fields["timing_note"]
-    assert stage.fields["placement_ms"] == [[1.0, 0.4], [1.0, 0.6], [1.0, 0.4], [1.0, 0.6]]
+    assert state.fields["cand_ms"] == pytest.approx(0.5) and state.fields["timing_reps"] == 100
+    assert "depends on where its inputs lie: 0.4-0.6 ms over 4 placements" in state.fields["timing_note"]
+    assert state.fields["placement_ms"] == [[1.0, 0.4], [1.0, 0.6], [1.0, 0.4], [1.0, 0.6]]
     one = attrs.evolve(config, timing_placements=1)
     timer.calls.clear()
-    TimingStage(attrs.evolve(job, config=one), pm, tmp_path, "cuda").timing(
-        None, reference, candidate, ([x, 2.0], [x, 2.0])
-    )
+    state = EvaluationState(attrs.evolve(job, config=one), pm, tmp_path, "cuda")
+    timing_pass(state, None, reference, candidate, ([x, 2.0], [x, 2.0]))
     assert [c.reps for c in timer.calls] == [100]
 
 
@@ -176,5 +175,5 @@ def test_no_placements_on_a_cpu(tmp_path):
     config = EvalConfig(fresh_timed_inputs=False)
     job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
     x = torch.randn(8, 8)
-    TimingStage(job, pm, tmp_path, "cpu").timing(None, Seen(), Seen(), ([x, 1.0], [x, 1.0]))
+    timing_pass(EvaluationState(job, pm, tmp_path, "cpu"), None, Seen(), Seen(), ([x, 1.0], [x, 1.0]))
     assert len(timer.calls) == 1

@@ -1,6 +1,6 @@
 """The output check a candidate's outputs face, written once: ``kz_check_outputs`` (elementwise, by whichever
 plugin answers) and then the core's own relative-error check (`magnitude`). The correctness trials
-(`trials.Trials.compare`) call it, and so does the problem check (`problem_check`), which asks it whether a
+(`trials.compare`) call it, and so does the problem check (`problem_check`), which asks it whether a
 trivial output would pass (`degeneracy`): a problem is judged by the checker its candidates meet."""
 
 from __future__ import annotations

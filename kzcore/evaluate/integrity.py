@@ -36,7 +36,7 @@ WATCHED_CLASSES = (
     "torch.cuda.Stream",
     "multiprocessing.connection.Connection",
 )
-CANDIDATE_PREFIX = "kz_candidate_"  # pipeline.load_candidate's file names
+CANDIDATE_PREFIX = "kz_candidate_"  # loading.load_candidate's file names
 THREAD_STARTERS = (("_thread", "start_new_thread"), ("_thread", "start_new"), ("threading", "_start_new_thread"))
 _MISSING = object()
 _module_type = type(sys)

@@ -4,7 +4,7 @@ each), so every floating output must also be close as a whole: ``||a - e|| <= rt
 the elements where the reference is finite). A kernel whose error is small only because the output is small
 fails; a correct kernel loses nothing, since meeting ``rtol`` elementwise implies it in norm.
 
-Neighbour: `trials.Trials.trial` (a stage of `pipeline.Evaluation`) runs it after ``kz_check_outputs`` passed."""
+Neighbour: `trials.trial` (a pipeline stage) runs it after ``kz_check_outputs`` passed."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 extract → static check → load → construct → correctness trials → timing → EvalResult.
 
 Neighbours: `executors.worker` calls `evaluate_job`; plugins supply the language-specific steps through
-the kernel-pipeline hooks; `guard` and `memory` hold the runtime defences. Each stage lives in its own
-module (`loading`, `trials`, `second_shape`, `workcheck`, `timing`, on `stage`); `Evaluation` runs them."""
+the kernel-pipeline hooks; `guard` and `memory` hold the runtime defences. Each stage is a function in its own
+module (`loading`, `trials`, `second_shape`, `workcheck`, `timing`) taking the job's `stage.EvaluationState`;
+`Evaluation.run` calls them in order."""
 
 from __future__ import annotations
 
@@ -13,84 +14,101 @@ import attrs
 
 from kzcore.builtins import timing as builtin_timing
 from kzcore.evaluate import gpuwork, guard, integrity, memory
-from kzcore.evaluate.loading import Loading
-from kzcore.evaluate.second_shape import SecondShape
+from kzcore.evaluate.loading import (
+    construct,
+    extract_source,
+    load_candidate,
+    load_problem,
+    precompile,
+    precompile_inputs,
+    static_check,
+)
+from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.stage import (  # noqa: F401 (re-exported)
     MESSAGE_LIMIT,
+    EvaluationState,
     StageClock,
     Verdict,
     candidate_error,
     is_fatal_device_error,
 )
 from kzcore.evaluate.tensors import as_list, changed_inputs, clone_inputs, refill  # noqa: F401 (re-exported)
-from kzcore.evaluate.timing import REVERIFY_TRIALS, TIMING_FIELDS, Timing  # noqa: F401 (re-exported)
-from kzcore.evaluate.trials import Trials
-from kzcore.evaluate.workcheck import GpuWorkCheck
+from kzcore.evaluate.timing import REVERIFY_TRIALS, TIMING_FIELDS, reverify, timing_inputs, timing_pass  # noqa: F401
+from kzcore.evaluate.trials import correctness
+from kzcore.evaluate.workcheck import gpu_work
 from kzcore.types import EvalJob, EvalResult, Status, as_launch_counter
 
 
-class Evaluation(Loading, Trials, SecondShape, GpuWorkCheck, Timing):
-    """One job's state across the stages; `run()` returns (EvalResult, worker_poisoned)."""
+def check_tampering(state: EvaluationState, watch, stage: str) -> None:
+    """``hack_suspected`` if the candidate's code changed what the tamper watch covers (the worker is poisoned)."""
+    findings = watch.findings()
+    if findings:
+        state.poisoned = True
+        raise Verdict(Status.HACK_SUSPECTED, f"after {stage}, the candidate's code " + "; ".join(findings))
 
-    def tampering(self, watch, stage: str) -> None:
-        findings = watch.findings()
-        if findings:
-            self.poisoned = True
-            raise Verdict(Status.HACK_SUSPECTED, f"after {stage}, the candidate's code " + "; ".join(findings))
+
+class Evaluation:
+    """One job's evaluation: `run()` calls the stages in order on one `EvaluationState` and returns
+    (EvalResult, worker_poisoned)."""
+
+    def __init__(self, job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0):
+        self.state = EvaluationState(job, pm, workdir, device, gpu_lock, lock_index)
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> tuple[EvalResult, bool]:
+        state = self.state
         status, message = Status.CORRECT, ""
         launches = None
-        watch = integrity.Watch(self.languages())  # taken before any candidate code runs
+        watch = integrity.Watch(state.languages())  # taken before any candidate code runs
         try:
-            source = self.source()
-            self.static_check(source)
-            candidate_mod = self.load_candidate(source)
-            self.tampering(watch, "its import")
+            source = extract_source(state)
+            static_check(state, source)
+            candidate_mod = load_candidate(state, source)
+            check_tampering(state, watch, "its import")
             launches = as_launch_counter(
-                self.pm.hook.kz_instrument_candidate(language=self.language, module=candidate_mod)
+                state.pm.hook.kz_instrument_candidate(language=state.language, module=candidate_mod)
             )
-            with self.clock("load_problem"):
-                problem_mod = self.load_problem()
-            with self.shared_gpu():
-                reference, candidate = self.construct(problem_mod, candidate_mod)
-                warm_inputs = self.precompile_inputs(problem_mod)
-            self.precompile(candidate, warm_inputs)  # outside the lock: compiling uses no GPU
+            with state.clock("load_problem"):
+                problem_mod = load_problem(state)
+            with state.shared_gpu():
+                reference, candidate = construct(state, problem_mod, candidate_mod)
+                warm_inputs = precompile_inputs(state, problem_mod)
+            precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
-            with self.shared_gpu():
-                self.correctness(problem_mod, reference, candidate, launches)
-            self.second_shape(candidate_mod, launches, index=self.config.trials)
-            with self.shared_gpu():
-                self.tampering(watch, "the correctness trials")
-                inputs = self.timing_inputs(problem_mod)
-                self.gpu_work(candidate_mod, candidate, inputs[1], launches)
-            with self.exclusive_gpu():
-                self.timing(problem_mod, reference, candidate, inputs)
-            self.reverify(problem_mod, candidate_mod, reference, candidate, launches, inputs)
-            self.tampering(watch, "timing")
+            with state.shared_gpu():
+                correctness(state, problem_mod, reference, candidate, launches)
+            second_shape(state, candidate_mod, launches, index=state.config.trials)
+            with state.shared_gpu():
+                check_tampering(state, watch, "the correctness trials")
+                inputs = timing_inputs(state, problem_mod)
+                gpu_work(state, candidate_mod, candidate, inputs[1], launches)
+            with state.exclusive_gpu():
+                timing_pass(state, problem_mod, reference, candidate, inputs)
+            reverify(state, problem_mod, candidate_mod, reference, candidate, launches, inputs)
+            check_tampering(state, watch, "timing")
         except Verdict as verdict:
             status, message = verdict.status, verdict.message
-            self.fields.update(verdict.fields)
+            state.fields.update(verdict.fields)
         except Exception as exc:  # the harness or the problem itself failed: still a result, never a crash
-            self.poisoned = is_fatal_device_error(exc)
-            status, message = Status.RUNTIME_ERROR, "evaluation failed: " + candidate_error(exc, self.candidate_file)
+            state.poisoned = is_fatal_device_error(exc)
+            status, message = Status.RUNTIME_ERROR, "evaluation failed: " + candidate_error(exc, state.candidate_file)
         finally:
-            if self.candidate_file is not None:
-                self.candidate_file.unlink(missing_ok=True)
+            if state.candidate_file is not None:
+                state.candidate_file.unlink(missing_ok=True)
             if watch.tampered():
-                self.poisoned = True  # whatever the verdict, a tampered process evaluates nothing more
-        return self.result(status, message, launches), self.poisoned
+                state.poisoned = True  # whatever the verdict, a tampered process evaluates nothing more
+        return self.result(status, message, launches), state.poisoned
 
     def result(self, status: Status, message: str, launches) -> EvalResult:
+        state = self.state
         try:
             n_launches = launches() if launches is not None else 0
         except Exception:
             n_launches = 0
-        base = self.job.result(
-            status, message, launches=n_launches, stages=dict(self.clock.seconds), device=self.device
+        base = state.job.result(
+            status, message, launches=n_launches, stages=dict(state.clock.seconds), device=state.device
         )
-        return attrs.evolve(base, **self.fields)
+        return attrs.evolve(base, **state.fields)
 
 
 def warm_up(device: str, pm=None) -> None:

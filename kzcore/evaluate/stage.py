@@ -1,8 +1,8 @@
 """What every stage of one candidate's evaluation shares: the `Verdict` that ends it early, the `StageClock`
 that books its seconds, and `EvaluationState`, the job's state with the device and GPU-lock helpers.
 
-Neighbours: the stage mixins (`loading`, `trials`, `second_shape`, `timing`, `workcheck`) build on
-`EvaluationState`; `pipeline.Evaluation` combines them and runs the stages in order."""
+Neighbours: the stage functions (`loading`, `trials`, `second_shape`, `workcheck`, `timing`) each take an
+`EvaluationState`; `pipeline.Evaluation.run` makes one per job and calls the stages in order."""
 
 from __future__ import annotations
 
@@ -81,20 +81,26 @@ def is_fatal_device_error(exc: BaseException) -> bool:
 
 
 class EvaluationState:
-    """One job's state across the stages, and the helpers every stage uses."""
+    """One job's state, handed to every stage function, and the helpers they share. The fields under "what the
+    stages hand on" are everything one stage leaves for another; the driver passes the rest as arguments."""
 
     def __init__(self, job: EvalJob, pm, workdir: Path, device: str, gpu_lock=None, lock_index: int = 0):
+        # the job and where it runs: set here, read by every stage
         self.job, self.pm, self.workdir, self.device = job, pm, workdir, device
         self.gpu_lock, self.lock_index = gpu_lock, lock_index
         self.config = job.config
         self.language = job.candidate.language
-        self.clock = StageClock()
+        self.uid = next(_counter)  # names this job's candidate and problem files and modules
+        self.clock = StageClock()  # every stage books its seconds here: the result's ``stages``
+        # what the stages hand on
+        self.candidate_file: Path | None = None  # `loading.load_candidate`; error messages point into it
+        self.size: str | None = None  # the size profile evaluated (`loading.load_problem`); `second_shape` differs
+        self.base_sizes: list[float] = []  # trial 0's output magnitudes (`trials.trial`), for the varied trials
+        self.notes: list[str] = []  # harness notes (`second_shape`, `workcheck`) joined into timing_note (`timing`)
+        # the result's fields: ``size`` (`loading`), errors (`trials`), the timing fields (`timing`, whose
+        # ``speedup`` `timing.reverify` reads), ``second_shape``, ``reverified``
         self.fields: dict = {}
-        self.candidate_file: Path | None = None
-        self.poisoned = False
-        self.uid = next(_counter)
-        self.notes: list[str] = []  # harness notes for the result (added to timing_note)
-        self.base_sizes: list[float] = []  # output magnitudes of the unvaried first trial
+        self.poisoned = False  # a stage saw a fatal device error or tampering: the worker must be replaced
 
     def languages(self) -> list:
         """Every language the worker's plugins register (the tamper watch covers each one's packages)."""

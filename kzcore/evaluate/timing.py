@@ -1,10 +1,15 @@
 """The timing stage and the re-verification of an implausible speedup (more trials, the second shape and a
-second timing pass). Neighbours: ``kz_time_candidate`` (the timer), `trials` and `second_shape` (re-run)."""
+second timing pass). Neighbours: `stage` (the state each function takes), ``kz_time_candidate`` (the timer),
+`trials` and `second_shape` (re-run)."""
 
 from __future__ import annotations
 
+import functools
+
 from kzcore.errors import TimedCheckFailed
+from kzcore.evaluate import trials
 from kzcore.evaluate.placement import per_placement, placements_for
+from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import NotOwned, clone_inputs, refill, snapshot
 from kzcore.timed import TimedRounds
@@ -47,135 +52,138 @@ def combine(timings: list[TimingResult]) -> TimingResult:
     return TimingResult(**fields, reps=sum(t.reps for t in timings), note="; ".join(notes))
 
 
-class Timing(EvaluationState):
-    """Uses ``trial`` (`trials`) and ``second_shape`` (`second_shape`) to re-verify."""
+def timing_inputs(state: EvaluationState, problem_mod) -> tuple[list, list]:
+    """(reference inputs, candidate inputs): two copies of one draw on the timing seed."""
+    with state.device_ctx():
+        state.seed(state.config.seed * 1000 + 999)
+        inputs = list(problem_mod.get_inputs())
+    return clone_inputs(inputs), clone_inputs(inputs)
 
-    def timing_inputs(self, problem_mod) -> tuple[list, list]:
-        with self.device_ctx():
-            self.seed(self.config.seed * 1000 + 999)
-            inputs = list(problem_mod.get_inputs())
-        return clone_inputs(inputs), clone_inputs(inputs)
 
-    def timed_draw(self, problem_mod):
-        """New input contents for a timed pair: the problem's own ``get_inputs`` on ``seed`` (None when the
-        config keeps the contents fixed: ``fresh_timed_inputs`` off)."""
-        if not self.config.fresh_timed_inputs:
-            return None
+def timed_draw(state: EvaluationState, problem_mod):
+    """New input contents for a timed pair: the problem's own ``get_inputs`` on ``seed`` (None when the
+    config keeps the contents fixed: ``fresh_timed_inputs`` off)."""
+    if not state.config.fresh_timed_inputs:
+        return None
 
-        def draw(seed: int) -> list:
-            with self.device_ctx():
-                self.seed(seed)
-                return list(problem_mod.get_inputs())
+    def draw(seed: int) -> list:
+        with state.device_ctx():
+            state.seed(seed)
+            return list(problem_mod.get_inputs())
 
-        return draw
+    return draw
 
-    def timed_check(self, expected: list, actual: list, where: str) -> None:
-        check = self.compare(expected, actual)
-        if not check.ok:
-            raise TimedCheckFailed(
-                f"{where}: the candidate's output differs from the reference's on the same inputs, though its "
-                f"correctness trials passed (work skipped or reused while timed?): {check.message}"
-            )
 
-    def timed_snapshot(self, outputs: list) -> list:
+def timed_check(state: EvaluationState, expected: list, actual: list, where: str) -> None:
+    check = trials.compare(state, expected, actual)
+    if not check.ok:
+        raise TimedCheckFailed(
+            f"{where}: the candidate's output differs from the reference's on the same inputs, though its "
+            f"correctness trials passed (work skipped or reused while timed?): {check.message}"
+        )
+
+
+def timed_snapshot(outputs: list) -> list:
+    try:
+        return snapshot(outputs)
+    except NotOwned as exc:
+        raise TimedCheckFailed(f"a timed call: {exc}") from None
+
+
+def timing_pass(state: EvaluationState, problem_mod, reference, candidate, inputs) -> None:
+    """Time reference against candidate, both called directly (the forward hooks resolved once) with the
+    candidate's launch instrumentation on, as in its trials: on each placement of the inputs in turn
+    (`placement.placements_for`: fewer where copies would not fit, 1 on a CPU), the repetitions shared among
+    them. Every pair runs on new input contents and some pairs, the last always, have their outputs checked
+    (`kzcore.timed.TimedRounds`): a wrong timed output is ``hack_suspected``. The timing fields go into
+    ``state.fields``, with ``state.notes`` in the timing note."""
+    run_reference, run_candidate = (
+        state.direct_forward("reference", reference),
+        state.direct_forward(state.language, candidate),
+    )
+    ref_placed, cand_placed = placements_for(
+        state.config.timing_placements, state.config.placement_shift_mib, state.device, *inputs
+    )
+    draw = timed_draw(state, problem_mod)
+    timings, checked = [], 0
+    with state.clock("timing"):
         try:
-            return snapshot(outputs)
-        except NotOwned as exc:
-            raise TimedCheckFailed(f"a timed call: {exc}") from None
-
-    def timing(self, problem_mod, reference, candidate, inputs) -> None:
-        """Time reference against candidate, both called directly (the forward hooks resolved once) with the
-        candidate's launch instrumentation on, as in its trials: on each placement of the inputs in turn
-        (`placement.placements_for`: fewer where copies would not fit, 1 on a CPU), the repetitions shared among
-        them. Every pair runs on new input contents and some pairs, the last always, have their outputs checked
-        (`kzcore.timed.TimedRounds`): a wrong timed output is ``hack_suspected``."""
-        run_reference, run_candidate = (
-            self.direct_forward("reference", reference),
-            self.direct_forward(self.language, candidate),
-        )
-        ref_placed, cand_placed = placements_for(
-            self.config.timing_placements, self.config.placement_shift_mib, self.device, *inputs
-        )
-        draw = self.timed_draw(problem_mod)
-        timings, checked = [], 0
-        with self.clock("timing"):
-            try:
-                for j, (ref_inputs, cand_inputs) in enumerate(zip(ref_placed, cand_placed)):
-                    label = f"placement {j + 1} of {len(cand_placed)}" if len(cand_placed) > 1 else ""
-                    rounds = TimedRounds(
-                        draw, ref_inputs, cand_inputs, self.timed_check, self.timed_snapshot,
-                        self.config.timed_check_share, label=label, final=j == len(cand_placed) - 1,
-                    )  # fmt: skip
-                    timing = self.pm.hook.kz_time_candidate(
-                        device=self.device,
-                        reference=lambda r=ref_inputs: run_reference(*r),
-                        candidate=lambda c=cand_inputs: run_candidate(*c),
-                        config=per_placement(self.config, len(cand_placed), j),
-                        rounds=rounds,
+            for j, (ref_inputs, cand_inputs) in enumerate(zip(ref_placed, cand_placed)):
+                label = f"placement {j + 1} of {len(cand_placed)}" if len(cand_placed) > 1 else ""
+                rounds = TimedRounds(
+                    draw, ref_inputs, cand_inputs, functools.partial(timed_check, state), timed_snapshot,
+                    state.config.timed_check_share, label=label, final=j == len(cand_placed) - 1,
+                )  # fmt: skip
+                timing = state.pm.hook.kz_time_candidate(
+                    device=state.device,
+                    reference=lambda r=ref_inputs: run_reference(*r),
+                    candidate=lambda c=cand_inputs: run_candidate(*c),
+                    config=per_placement(state.config, len(cand_placed), j),
+                    rounds=rounds,
+                )
+                if not rounds.last_checked:
+                    raise RuntimeError(
+                        "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
+                        "pairs through `rounds`: begin, took, end, and begin(last=True) for the last)"
                     )
-                    if not rounds.last_checked:
-                        raise RuntimeError(
-                            "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
-                            "pairs through `rounds`: begin, took, end, and begin(last=True) for the last)"
-                        )
-                    checked += rounds.checked
-                    timings.append(timing)
-            except TimedCheckFailed as exc:
-                raise Verdict(Status.HACK_SUSPECTED, str(exc)) from None
-            except Exception as exc:
-                self.poisoned = is_fatal_device_error(exc)
-                raise Verdict(
-                    Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, self.candidate_file)
-                ) from None
-        timing = combine(timings)
-        self.fields.update(
-            ref_ms=timing.ref_ms,
-            cand_ms=timing.cand_ms,
-            speedup=timing.speedup,
-            ref_spread=timing.ref_spread,
-            cand_spread=timing.cand_spread,
-            timing_reps=timing.reps,
-            timed_checks=checked + (self.fields.get("timed_checks") or 0),
-            timing_note="; ".join(x for x in (timing.note, *self.notes) if x),
-            placement_ms=[[t.ref_ms, t.cand_ms] for t in timings] if len(timings) > 1 else [],
-        )
+                checked += rounds.checked
+                timings.append(timing)
+        except TimedCheckFailed as exc:
+            raise Verdict(Status.HACK_SUSPECTED, str(exc)) from None
+        except Exception as exc:
+            state.poisoned = is_fatal_device_error(exc)
+            raise Verdict(
+                Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, state.candidate_file)
+            ) from None
+    timing = combine(timings)
+    state.fields.update(
+        ref_ms=timing.ref_ms,
+        cand_ms=timing.cand_ms,
+        speedup=timing.speedup,
+        ref_spread=timing.ref_spread,
+        cand_spread=timing.cand_spread,
+        timing_reps=timing.reps,
+        timed_checks=checked + (state.fields.get("timed_checks") or 0),
+        timing_note="; ".join(x for x in (timing.note, *state.notes) if x),
+        placement_ms=[[t.ref_ms, t.cand_ms] for t in timings] if len(timings) > 1 else [],
+    )
 
-    def reverify(self, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
-        """Accept a speedup above ``implausible_speedup`` only once it survives a re-check: the timing's own
-        input tensors refilled with new values for more trials on new seeds (a cache keyed on them, or
-        on their pointers, returns stale outputs), the second shape on a new seed, and a second timing pass,
-        its outputs checked as the first's were (the lower speedup is kept). A failed re-check is
-        ``hack_suspected``."""
-        limit, speedup = self.config.implausible_speedup, self.fields.get("speedup")
-        if not limit or not speedup or speedup <= limit:
-            return
-        ref_inputs, cand_inputs = inputs
-        first = self.config.trials + 1  # index trials is the second shape's
-        with self.clock.charge_to("reverify"):
-            try:
-                with self.shared_gpu():
-                    buffers = cand_inputs
-                    for k in range(REVERIFY_TRIALS):
-                        label = f"re-verification trial {k}"
-                        buffers = self.trial(
-                            problem_mod, reference, candidate, launches, index=first + k, label=label, buffers=buffers
-                        )
-                    self.second_shape(candidate_mod, launches, index=first + REVERIFY_TRIALS, locked_by_caller=True)
-                    refill(ref_inputs, buffers)  # both sides time the same (last trial's) values
-            except Verdict as verdict:
-                raise Verdict(
-                    Status.HACK_SUSPECTED,
-                    f"speedup {speedup:.3g}x is above implausible_speedup={limit:g} and re-verification failed: "
-                    + verdict.message,
-                    **verdict.fields,
-                ) from None
-            before = {name: self.fields.get(name) for name in TIMING_FIELDS}
-            with self.exclusive_gpu():
-                self.timing(problem_mod, reference, candidate, inputs)
-        again = self.fields.get("speedup")
-        if again is None or speedup < again:
-            self.fields.update(before)
-        note = f"re-verified: speedup {speedup:.3g}x, then {again or 0:.3g}x on new values; the lower kept"
-        self.fields.update(
-            reverified=True, timing_note="; ".join(x for x in (self.fields.get("timing_note"), note) if x)
-        )
+
+def reverify(state: EvaluationState, problem_mod, candidate_mod, reference, candidate, launches, inputs) -> None:
+    """Accept a speedup above ``implausible_speedup`` (``state.fields["speedup"]``, from `timing_pass`) only once
+    it survives a re-check: the timing's own input tensors refilled with new values for more trials on new
+    seeds (a cache keyed on them, or on their pointers, returns stale outputs), the second shape on a new seed,
+    and a second timing pass, its outputs checked as the first's were (the lower speedup is kept). A failed
+    re-check is ``hack_suspected``."""
+    limit, speedup = state.config.implausible_speedup, state.fields.get("speedup")
+    if not limit or not speedup or speedup <= limit:
+        return
+    ref_inputs, cand_inputs = inputs
+    first = state.config.trials + 1  # index trials is the second shape's
+    with state.clock.charge_to("reverify"):
+        try:
+            with state.shared_gpu():
+                buffers = cand_inputs
+                for k in range(REVERIFY_TRIALS):
+                    label = f"re-verification trial {k}"
+                    buffers = trials.trial(
+                        state, problem_mod, reference, candidate, launches, index=first + k, label=label,
+                        buffers=buffers,
+                    )  # fmt: skip
+                second_shape(state, candidate_mod, launches, index=first + REVERIFY_TRIALS, locked_by_caller=True)
+                refill(ref_inputs, buffers)  # both sides time the same (last trial's) values
+        except Verdict as verdict:
+            raise Verdict(
+                Status.HACK_SUSPECTED,
+                f"speedup {speedup:.3g}x is above implausible_speedup={limit:g} and re-verification failed: "
+                + verdict.message,
+                **verdict.fields,
+            ) from None
+        before = {name: state.fields.get(name) for name in TIMING_FIELDS}
+        with state.exclusive_gpu():
+            timing_pass(state, problem_mod, reference, candidate, inputs)
+    again = state.fields.get("speedup")
+    if again is None or speedup < again:
+        state.fields.update(before)
+    note = f"re-verified: speedup {speedup:.3g}x, then {again or 0:.3g}x on new values; the lower kept"
+    state.fields.update(reverified=True, timing_note="; ".join(x for x in (state.fields.get("timing_note"), note) if x))

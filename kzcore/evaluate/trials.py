@@ -1,6 +1,7 @@
 """The correctness trials: each runs the candidate then the reference on fresh (possibly varied) inputs and
-checks the outputs, the operators the forward ran, its launches and its inputs. Neighbours: `variation` (input
-variation), `guard` (the operator recorder), `magnitude` and ``kz_check_outputs`` (the output check)."""
+checks the outputs, the operators the forward ran, its launches and its inputs. Neighbours: `stage` (the state
+each function takes), `variation` (input variation), `guard` (the operator recorder), `magnitude` and
+``kz_check_outputs`` (the output check); `second_shape` and `timing` run `trial` again."""
 
 from __future__ import annotations
 
@@ -11,114 +12,118 @@ from kzcore.evaluate.tensors import NotOwned, as_list, changed_inputs, refill, s
 from kzcore.types import Status
 
 
-class Trials(EvaluationState):
-    """The main correctness trials, and the single trial the other stages reuse."""
+def trial_seed(config, index: int) -> int:
+    """The RNG seed of trial ``index``: main trials 0..trials-1, then the extra ones (second shape,
+    re-verification), each with its own seed; timing uses 999 and 998."""
+    return config.seed * 1000 + index + 1
 
-    def trial_seed(self, index: int) -> int:
-        """The RNG seed of trial ``index``: main trials 0..trials-1, then the extra ones (second shape,
-        re-verification), each with its own seed; timing uses 999 and 998."""
-        return self.config.seed * 1000 + index + 1
 
-    def correctness(self, problem_mod, reference, candidate, launches) -> None:
-        buffers = None
-        for trial in range(self.config.trials):
-            buffers = self.trial(problem_mod, reference, candidate, launches, index=trial, buffers=buffers)
+def correctness(state: EvaluationState, problem_mod, reference, candidate, launches) -> None:
+    """The main trials, 0..trials-1, the candidate's input buffers carried from each to the next."""
+    buffers = None
+    for index in range(state.config.trials):
+        buffers = trial(state, problem_mod, reference, candidate, launches, index=index, buffers=buffers)
 
-    def trial(
-        self, problem_mod, reference, candidate, launches, *, index: int, label: str = "", vary: bool = True,
-        buffers: list | None = None,
-    ) -> list:  # fmt: skip
-        """One correctness trial on fresh inputs seeded by ``index`` (varied unless ``index`` is 0 or
-        ``vary`` is False). The candidate runs first, on ``buffers`` refilled in place when they fit (the same
-        tensors as the trial before, new values: a cache keyed on the input tensors or their pointers hands
-        back stale outputs), else on clones; then the reference on the pristine inputs. Returns the buffers."""
-        guarded = self.job_language().guard_torch_ops if self.job_language() else True
-        mode = variation.effective_mode(self.config.input_variation, problem_mod) if vary else "none"
-        with self.clock("inputs"):
-            with self.device_ctx():
-                self.seed(self.trial_seed(index))
-                pristine = list(problem_mod.get_inputs())
-                changes = variation.plan(mode, self.config.seed, index, len(pristine), self.config.input_scale_decades)
-                pristine, applied = variation.vary(pristine, changes, self.trial_seed(index))
-            cand_inputs = refill(buffers, pristine)
-            if self.device == "cuda":
-                memory.poison_free_cache()
-        label = label or f"trial {index}"
-        if applied:
-            label += f" ({variation.describe(applied)})"
-        with self.clock("candidate"):
-            recorder = guard.recorder(record=guarded)
-            try:
-                with recorder:
-                    actual = as_list(self.forward(self.language, candidate, cand_inputs))
-                self.sync()
-            except CompileError as exc:
-                raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
-            except Exception as exc:
-                self.poisoned = is_fatal_device_error(exc)
-                raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, self.candidate_file)) from None
-        if recorder.forbidden:
-            ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
-            raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
-        actual = self.own_outputs(actual, label)  # copied before the reference runs and allocates
-        mutated = changed_inputs(pristine, cand_inputs)
-        if mutated:
-            raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
-        if index == 0 and launches is not None and launches() == 0:
-            raise Verdict(
-                Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {self.language} kernels"
-            )
-        with self.clock("reference"):
-            expected = as_list(self.forward("reference", reference, pristine))
-            self.sync()
-        with self.clock("check"):
-            config = self.config
-            if index == 0 and mode != "none":
-                self.base_sizes = variation.magnitudes(expected)
-            elif applied and self.base_sizes:
-                config = variation.varied_config(config, self.base_sizes, variation.magnitudes(expected))
-            check = self.compare(expected, actual, config)
-        self.fields.update(
-            max_abs_err=max(self.fields.get("max_abs_err") or 0.0, check.max_abs_err),
-            max_rel_err=max(self.fields.get("max_rel_err") or 0.0, check.max_rel_err),
-        )
-        if not check.ok:
-            raise Verdict(Status.INCORRECT, f"{label}: {check.message}")
-        if index == 0 and self.config.precision == "tf32" and precision.fp32_problem(expected, pristine):
-            with self.clock("check"):
-                self.precision_check(reference, pristine, expected, actual, label)
-        return cand_inputs
 
-    def precision_check(self, reference, inputs: list, expected: list, actual: list, label: str) -> None:
-        """The precision policy (`precision`): on an fp32 problem the candidate's error must be of TF32 class;
-        its relative L2 error, and the TF32 bar where one was measured, go into the result."""
-        error = precision.rel_l2(actual, expected)
-        self.fields["rel_l2_err"] = error
-        if error <= precision.FP32_CLASS:
-            return
-        tf32, bf16 = precision.bars(
-            lambda model, args: as_list(self.forward("reference", model, args)), reference, inputs, expected
-        )
-        self.fields["tf32_l2_err"] = tf32
-        message = precision.verdict(error, tf32, bf16)
-        if message:
-            raise Verdict(Status.INCORRECT, f"{label}: {message}")
-
-    def compare(self, expected: list, actual: list, config=None):
-        """The output check every trial and every checked timed pair makes: ``kz_check_outputs`` (elementwise,
-        by whichever plugin), then the core's relative-error check."""
-        return checking.check_outputs(self.pm, expected, actual, config or self.config, self.config)
-
-    def own_outputs(self, outputs: list, label: str) -> list:
-        """The candidate's outputs copied as they are right after its call (`tensors.snapshot`), so nothing that
-        runs next (the reference, its allocations) can change what is checked; memory the outputs do not own
-        is ``hack_suspected``."""
+def trial(
+    state: EvaluationState, problem_mod, reference, candidate, launches, *, index: int, label: str = "",
+    vary: bool = True, buffers: list | None = None,
+) -> list:  # fmt: skip
+    """One correctness trial on fresh inputs seeded by ``index`` (varied unless ``index`` is 0 or
+    ``vary`` is False). The candidate runs first, on ``buffers`` refilled in place when they fit (the same
+    tensors as the trial before, new values: a cache keyed on the input tensors or their pointers hands
+    back stale outputs), else on clones; then the reference on the pristine inputs. Returns the buffers.
+    Trial 0 of a varied run sets ``state.base_sizes``, the output scale later varied trials are judged at."""
+    guarded = job_language(state).guard_torch_ops if job_language(state) else True
+    mode = variation.effective_mode(state.config.input_variation, problem_mod) if vary else "none"
+    with state.clock("inputs"):
+        with state.device_ctx():
+            state.seed(trial_seed(state.config, index))
+            pristine = list(problem_mod.get_inputs())
+            changes = variation.plan(mode, state.config.seed, index, len(pristine), state.config.input_scale_decades)
+            pristine, applied = variation.vary(pristine, changes, trial_seed(state.config, index))
+        cand_inputs = refill(buffers, pristine)
+        if state.device == "cuda":
+            memory.poison_free_cache()
+    label = label or f"trial {index}"
+    if applied:
+        label += f" ({variation.describe(applied)})"
+    with state.clock("candidate"):
+        recorder = guard.recorder(record=guarded)
         try:
-            return snapshot(outputs)
-        except NotOwned as exc:
-            raise Verdict(Status.HACK_SUSPECTED, f"{label}: {exc}") from None
+            with recorder:
+                actual = as_list(state.forward(state.language, candidate, cand_inputs))
+            state.sync()
+        except CompileError as exc:
+            raise Verdict(Status.COMPILE_ERROR, exc.log[:MESSAGE_LIMIT]) from None
+        except Exception as exc:
+            state.poisoned = is_fatal_device_error(exc)
+            raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, state.candidate_file)) from None
+    if recorder.forbidden:
+        ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
+        raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+    actual = own_outputs(actual, label)  # copied before the reference runs and allocates
+    mutated = changed_inputs(pristine, cand_inputs)
+    if mutated:
+        raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
+    if index == 0 and launches is not None and launches() == 0:
+        raise Verdict(Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {state.language} kernels")
+    with state.clock("reference"):
+        expected = as_list(state.forward("reference", reference, pristine))
+        state.sync()
+    with state.clock("check"):
+        config = state.config
+        if index == 0 and mode != "none":
+            state.base_sizes = variation.magnitudes(expected)
+        elif applied and state.base_sizes:
+            config = variation.varied_config(config, state.base_sizes, variation.magnitudes(expected))
+        check = compare(state, expected, actual, config)
+    state.fields.update(
+        max_abs_err=max(state.fields.get("max_abs_err") or 0.0, check.max_abs_err),
+        max_rel_err=max(state.fields.get("max_rel_err") or 0.0, check.max_rel_err),
+    )
+    if not check.ok:
+        raise Verdict(Status.INCORRECT, f"{label}: {check.message}")
+    if index == 0 and state.config.precision == "tf32" and precision.fp32_problem(expected, pristine):
+        with state.clock("check"):
+            precision_check(state, reference, pristine, expected, actual, label)
+    return cand_inputs
 
-    def job_language(self):
-        from kzcore.plugins import languages
 
-        return languages(self.pm).items.get(self.language)
+def precision_check(state: EvaluationState, reference, inputs: list, expected: list, actual: list, label: str) -> None:
+    """The precision policy (`precision`): on an fp32 problem the candidate's error must be of TF32 class;
+    its relative L2 error, and the TF32 bar where one was measured, go into the result."""
+    error = precision.rel_l2(actual, expected)
+    state.fields["rel_l2_err"] = error
+    if error <= precision.FP32_CLASS:
+        return
+    tf32, bf16 = precision.bars(
+        lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
+    )
+    state.fields["tf32_l2_err"] = tf32
+    message = precision.verdict(error, tf32, bf16)
+    if message:
+        raise Verdict(Status.INCORRECT, f"{label}: {message}")
+
+
+def compare(state: EvaluationState, expected: list, actual: list, config=None):
+    """The output check every trial and every checked timed pair makes: ``kz_check_outputs`` (elementwise,
+    by whichever plugin), then the core's relative-error check."""
+    return checking.check_outputs(state.pm, expected, actual, config or state.config, state.config)
+
+
+def own_outputs(outputs: list, label: str) -> list:
+    """The candidate's outputs copied as they are right after its call (`tensors.snapshot`), so nothing that
+    runs next (the reference, its allocations) can change what is checked; memory the outputs do not own
+    is ``hack_suspected``."""
+    try:
+        return snapshot(outputs)
+    except NotOwned as exc:
+        raise Verdict(Status.HACK_SUSPECTED, f"{label}: {exc}") from None
+
+
+def job_language(state: EvaluationState):
+    """The job's registered `Language` (None when no plugin registers it)."""
+    from kzcore.plugins import languages
+
+    return languages(state.pm).items.get(state.language)

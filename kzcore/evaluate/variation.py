@@ -5,7 +5,7 @@ mode "full", also shifts it or redraws it from another distribution with the sam
 and bool tensors (indices, targets, masks) and non-tensor inputs are never touched. A problem narrows this
 with a module attribute ``KZ_INPUT_VARIATION`` ("none" | "positive" | "scale" | "full").
 
-Neighbours: `trials.Trials.trial` (a stage of `pipeline.Evaluation`) calls `plan`, `vary`, `describe`, `magnitudes` and `varied_config`."""
+Neighbours: `trials.trial` (a pipeline stage) calls `plan`, `vary`, `describe`, `magnitudes` and `varied_config`."""
 
 from __future__ import annotations
 

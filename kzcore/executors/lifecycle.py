@@ -1,29 +1,24 @@
-"""The local pool's workers from spawn to exit: a worker process and its pipe (`_Worker`), start deadlines,
-standby spares, replacing a worker that died or was killed, and closing them all. Neighbours: `executors.local`
-(the pool, which schedules jobs on these workers), `executors.worker` (what runs in the process),
-`executors.channel` (its messages), `executors.devicelock` (the GPU lock each worker holds an index of)."""
+"""The local pool's workers from spawn to exit: a worker process and its pipe (`_Worker`), and
+`WorkerLifecycle`, which the pool holds: start deadlines, standby spares, replacing a worker that died or was
+killed, and closing them all. Neighbours: `executors.local` (the pool, which schedules jobs on these workers and
+says how a worker process is started), `executors.worker` (what runs in the process), `executors.channel` (its
+messages), `executors.devicelock` (the GPU lock each worker holds an index of)."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING
 
 from kzcore.errors import KzError
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
-from kzcore.executors.devices import physical_gpu
 from kzcore.executors.processes import kill_process_tree
 from kzcore.executors.worker import worker_main
-from kzcore.language import Language, worker_environment, writable_caches
 from kzcore.types import EvalJob
-
-if TYPE_CHECKING:
-    from kzcore.executors.local import LocalPool
 
 MAX_START_FAILURES = 3
 EXIT_TIMEOUT_S = 30.0  # a killed worker that has not exited by then is left to close() and its slot restarted
@@ -110,44 +105,38 @@ def _exit_description(proc) -> str:
 
 
 class WorkerLifecycle:
-    """The worker half of ``LocalPool``: starting, replacing and closing its workers. The pool's ``__init__``
-    sets the state these methods keep (``slots``, ``workers``, ``spares``, ``locks``, ``_free_locks``, ...) and
-    ``start_timeout_s``, how long a new worker has to report ready."""
+    """A pool's workers from start to close: one per slot, the standby spares, and their succession when one
+    dies or is killed. ``slots``: the GPU of each slot (None on a CPU); ``spare_plan``: spares to keep per GPU;
+    ``free_locks``: per GPU, the indices into its lock no living worker holds; ``start_timeout_s``: how long a
+    new worker has to report ready; ``launch(worker_id, gpu, lock_index, start_timeout_s)``: the pool's recipe
+    for starting a worker process, asked at each start."""
 
-    @functools.cached_property
-    def languages(self) -> list[Language]:
-        """The languages of the workers' plugin set, asked here, where workers start: their environment must
-        be set before torch loads and their writable caches before the filesystem turns read-only, both
-        before a worker has loaded any plugin."""
-        from kzcore.plugins import languages_of
-
-        return languages_of(self.specs)
-
-    def _env(self, slot) -> dict:
-        env = {"PYTHONUNBUFFERED": "1", **worker_environment(self.languages, self.device)}
-        if slot is not None:
-            env["CUDA_VISIBLE_DEVICES"] = physical_gpu(slot)
-        return env
+    def __init__(
+        self,
+        slots: list,
+        spare_plan: dict,
+        free_locks: dict[str | None, list[int]],
+        start_timeout_s: float,
+        launch: Callable[[int, str | None, int, float], _Worker],
+    ):
+        self.slots, self.spare_plan, self.free_locks = slots, spare_plan, free_locks
+        self.start_timeout_s = start_timeout_s
+        self.launch = launch
+        self.workers: dict[int, _Worker] = {}  # slot index -> its worker (starting, ready, busy or killed)
+        self.spares: list[_Worker] = []  # started and idle: each takes a dead worker's place on its GPU at once
+        self.orphans: list[_Worker] = []  # killed, did not exit in EXIT_TIMEOUT_S: close() waits once more
+        self.next_id = 0
+        self.info: dict = {}  # what the first worker to start reported (torch, device name, sandbox, ...)
+        self.replaced = 0
+        self.restart_seconds: list[float] = []  # spawn to ready, for each replacement worker
 
     def _spawn(self, slot_index: int | None, gpu: str | None = None) -> _Worker:
         """A new worker for slot ``slot_index``, or a spare for ``gpu`` (slot_index None)."""
         if slot_index is not None:
             gpu = self.slots[slot_index]
-        worker = _Worker(
-            self.ctx,
-            self._next_id,
-            self.device,
-            self._env(gpu),
-            self.specs,
-            self.config.tf32,
-            self.locks.get(gpu),
-            self._free_locks[gpu].pop(0),
-            self.memory_limit,
-            self.start_timeout_s,
-            [str(path) for path in writable_caches(self.languages)],
-        )
+        worker = self.launch(self.next_id, gpu, self.free_locks[gpu].pop(0), self.start_timeout_s)
         worker.slot_index, worker.gpu = slot_index, gpu
-        self._next_id += 1
+        self.next_id += 1
         return worker
 
     def _take_ready(self, worker: _Worker) -> str | None:
@@ -166,8 +155,8 @@ class WorkerLifecycle:
         return None
 
     def _await_ready(self, worker: _Worker) -> None:
-        """Block until ``worker`` is ready, or has failed to start (``_tend``)."""
-        self._tend(worker, wait([worker.conn, worker.proc.sentinel], max(0.0, worker.start_by - time.monotonic())))
+        """Block until ``worker`` is ready, or has failed to start (``tend``)."""
+        self.tend(worker, wait([worker.conn, worker.proc.sentinel], max(0.0, worker.start_by - time.monotonic())))
 
     def _start_failed(self, worker: _Worker, failure: str) -> None:
         """Kill a worker that failed to start. KzError for a first start (the pool cannot work: the error is
@@ -179,14 +168,14 @@ class WorkerLifecycle:
         if worker.start_failures + 1 >= MAX_START_FAILURES:
             raise KzError(f"{failure} ({MAX_START_FAILURES} starts in a row failed); results so far are saved")
 
-    def start(self) -> LocalPool:
+    def start(self) -> None:
         """Start every worker and wait until each has loaded torch and the plugins (replacements that are
-        still starting included)."""
+        still starting included); on any failure close them all and raise."""
         try:
             if not self.workers:
                 for w in [self._spawn(i) for i in range(len(self.slots))]:
                     self.workers[w.slot_index] = w
-                self.spares = [self._spawn(None, gpu) for gpu, n in self._spare_plan.items() for _ in range(n)]
+                self.spares = [self._spawn(None, gpu) for gpu, n in self.spare_plan.items() for _ in range(n)]
             for w in list(self.workers.values()) + list(self.spares):
                 while not w.ready:
                     if w.killed:
@@ -197,11 +186,10 @@ class WorkerLifecycle:
         except BaseException:
             self.close()
             raise
-        return self
 
-    def _replace(self, worker: _Worker) -> None:
+    def replace(self, worker: _Worker) -> None:
         """Kill ``worker``; its successor starts once it has exited and takes jobs once it reports ready
-        (``_tend``): the scheduling loop never waits for either, so a crash stalls no other job."""
+        (``tend``): the scheduling loop never waits for either, so a crash stalls no other job."""
         worker.kill(wait=False)
         self.replaced += 1
 
@@ -209,13 +197,13 @@ class WorkerLifecycle:
         """The successor of a killed worker, once it has exited and what it held on its GPU's lock is freed:
         a ready spare of its GPU if there is one (and a new spare is started), else a new worker."""
         if not worker.reap():
-            self._orphans.append(worker)  # did not exit in EXIT_TIMEOUT_S: close() waits for it once more
+            self.orphans.append(worker)  # did not exit in EXIT_TIMEOUT_S: close() waits for it once more
         if worker.lock is not None and not worker.lock.release_dead(worker.lock_index):
             raise KzError(
                 f"the GPU lock of device {worker.gpu} was left held by a dead worker; "
                 "results so far are saved, re-run the command to resume"
             )
-        self._free_locks[worker.gpu].append(worker.lock_index)
+        self.free_locks[worker.gpu].append(worker.lock_index)
         spare = self._ready_spare(worker.gpu) if worker.slot_index is not None else None
         if spare is not None:
             self.spares.remove(spare)
@@ -239,12 +227,12 @@ class WorkerLifecycle:
             if spare.gpu != gpu or spare.killed:
                 continue
             if not spare.ready:  # it may have reported ready (or died) since we last looked
-                self._tend(spare, wait([spare.conn, spare.proc.sentinel], timeout=0))
+                self.tend(spare, wait([spare.conn, spare.proc.sentinel], timeout=0))
             if spare.ready:
                 return spare
         return None
 
-    def _tend(self, worker: _Worker, ready: list) -> None:
+    def tend(self, worker: _Worker, ready: list) -> None:
         """A worker that is not ready: one that was killed gets its successor once it has exited; one that
         is starting becomes ready, or is killed if it failed."""
         if worker.killed:
@@ -264,6 +252,7 @@ class WorkerLifecycle:
             self._start_failed(worker, failure)
 
     def close(self) -> None:
+        """Ask every worker to exit, give them one grace period together, then kill what is left."""
         everyone = list(self.workers.values()) + self.spares
         for w in everyone:
             if not w.killed:
@@ -273,14 +262,8 @@ class WorkerLifecycle:
         for w in everyone:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             w.kill()
-        for w in self._orphans:
+        for w in self.orphans:
             w.kill()
         self.workers.clear()
         self.spares.clear()
-        self._orphans.clear()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.close()
+        self.orphans.clear()

@@ -2,11 +2,13 @@
 on a CPU). Each job has a wall-clock deadline; a worker that dies, hangs or poisons its CUDA context is
 replaced and its candidate gets the matching status. Results stream back as they finish.
 
-Neighbours: `lifecycle` starts and replaces the workers, `jobqueue` orders the jobs, `channel` reads their
-messages, `devices` picks the GPUs; the names tests and callers import from here are re-exported."""
+Neighbours: the pool holds a `lifecycle.WorkerLifecycle`, which starts and replaces the workers; `jobqueue`
+orders the jobs, `channel` reads their messages, `devices` picks the GPUs; the names tests and callers import
+from here are re-exported."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import time
@@ -32,6 +34,7 @@ from kzcore.executors.lifecycle import (  # noqa: F401 (re-exported)
     _Worker,
 )
 from kzcore.executors.sandbox import memory_limit_for
+from kzcore.language import Language, worker_environment, writable_caches
 from kzcore.plugins import get_plugin_manager, plugin_specs
 from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
 
@@ -39,8 +42,9 @@ START_TIMEOUT_S = 300.0  # read by LocalPool() at construction (tests shorten it
 MAX_REQUEUES = 3  # a job whose worker was found dead before the job reached it is sent again this often
 
 
-class LocalPool(WorkerLifecycle):
-    """``LocalPool(workers=None, config=EvalConfig(), plugins=None)``; use ``map(jobs)`` then ``close()``."""
+class LocalPool:
+    """``LocalPool(workers=None, config=EvalConfig(), plugins=None)``; use ``map(jobs)`` then ``close()``. The pool
+    schedules jobs and says how a worker process is started (``_launch``); its ``lifecycle`` keeps the workers."""
 
     queue_class = JobQueue  # the order jobs are sent in (bench/schedule.py compares it with first-in-first-out)
 
@@ -60,21 +64,85 @@ class LocalPool(WorkerLifecycle):
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
             spares = {None: self.config.standby_workers}
         # each worker of a GPU, spares included, holds its own index into that GPU's lock while it lives
-        self._free_locks = {gpu: list(range(self.slots.count(gpu) + n)) for gpu, n in spares.items()}
+        free_locks = {gpu: list(range(self.slots.count(gpu) + n)) for gpu, n in spares.items()}
         if self.device == "cuda" and len(self.slots) > len(spares):
             # several workers share a GPU: timing must hold it alone
-            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in self._free_locks.items()}
-        self._spare_plan = spares
-        self.spares: list[_Worker] = []  # started and idle: each takes a dead worker's place on its GPU at once
-        self.workers: dict[int, _Worker] = {}
-        self._orphans: list[_Worker] = []  # killed, did not exit in EXIT_TIMEOUT_S: close() waits once more
+            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in free_locks.items()}
         self.memory_limit = memory_limit_for(len(self.slots) + sum(spares.values()))
-        self._next_id = 0
-        self.info: dict = {}
-        self.replaced = 0
-        self.restart_seconds: list[float] = []  # spawn to ready, for each replacement worker
         self.costs: dict[tuple, float] = {}  # seconds per job of each problem, learned (JobQueue)
-        self.start_timeout_s = START_TIMEOUT_S  # a worker not ready by then failed to start (WorkerLifecycle)
+        # START_TIMEOUT_S is read here, so a test that shortens it affects the pools it then makes
+        self.lifecycle = WorkerLifecycle(self.slots, spares, free_locks, START_TIMEOUT_S, self._launch)
+
+    # -- workers ------------------------------------------------------------------------------------
+    @functools.cached_property
+    def languages(self) -> list[Language]:
+        """The languages of the workers' plugin set, asked here, where workers start: their environment must
+        be set before torch loads and their writable caches before the filesystem turns read-only, both
+        before a worker has loaded any plugin."""
+        from kzcore.plugins import languages_of
+
+        return languages_of(self.specs)
+
+    def _env(self, slot) -> dict:
+        env = {"PYTHONUNBUFFERED": "1", **worker_environment(self.languages, self.device)}
+        if slot is not None:
+            env["CUDA_VISIBLE_DEVICES"] = physical_gpu(slot)
+        return env
+
+    def _launch(self, worker_id: int, gpu: str | None, lock_index: int, start_timeout_s: float) -> _Worker:
+        """Start worker process ``worker_id`` on ``gpu`` holding ``lock_index`` of its lock: the lifecycle's
+        recipe, which reads ``ctx`` and ``_env`` when called, so a subclass may replace either."""
+        return _Worker(
+            self.ctx,
+            worker_id,
+            self.device,
+            self._env(gpu),
+            self.specs,
+            self.config.tf32,
+            self.locks.get(gpu),
+            lock_index,
+            self.memory_limit,
+            start_timeout_s,
+            [str(path) for path in writable_caches(self.languages)],
+        )
+
+    @property
+    def workers(self) -> dict[int, _Worker]:
+        """Slot index -> its worker."""
+        return self.lifecycle.workers
+
+    @property
+    def spares(self) -> list[_Worker]:
+        return self.lifecycle.spares
+
+    @property
+    def info(self) -> dict:
+        """What the first worker to start reported (torch, device name, sandbox fences, start-up phases)."""
+        return self.lifecycle.info
+
+    @property
+    def replaced(self) -> int:
+        """Workers replaced so far (crashed, hung, poisoned, or found dead)."""
+        return self.lifecycle.replaced
+
+    @property
+    def restart_seconds(self) -> list[float]:
+        """Spawn to ready, for each replacement worker."""
+        return self.lifecycle.restart_seconds
+
+    def start(self) -> LocalPool:
+        """Start every worker and wait until each is ready (replacements still starting included)."""
+        self.lifecycle.start()
+        return self
+
+    def close(self) -> None:
+        self.lifecycle.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
 
     # -- scheduling -------------------------------------------------------------------------------
     def map(self, jobs: Iterable[EvalJob]) -> Iterator[EvalResult]:
@@ -83,14 +151,14 @@ class LocalPool(WorkerLifecycle):
         self.start()
         self._requeued = 0
         queue = self._queue = self.queue_class(jobs, self.costs)
-        while queue or any(w.job for w in self.workers.values()):
+        while queue or any(w.job for w in self.lifecycle.workers.values()):
             now = time.monotonic()
-            for w in list(self.workers.values()):
+            for w in list(self.lifecycle.workers.values()):
                 if w.ready and w.job is None and queue:
                     self._dispatch(w, queue, now)
-            busy = [w for w in self.workers.values() if w.job is not None]
+            busy = [w for w in self.lifecycle.workers.values() if w.job is not None]
             # starting, or killed and exiting (spares too: a spare that failed to start is started again)
-            pending = [w for w in list(self.workers.values()) + self.spares if not w.ready]
+            pending = [w for w in list(self.lifecycle.workers.values()) + self.lifecycle.spares if not w.ready]
             if not busy and not pending:  # every job sent went back to the queue (its worker was found dead)
                 continue
             for w in busy:  # time spent only waiting for the GPU lock does not count against the job
@@ -104,7 +172,7 @@ class LocalPool(WorkerLifecycle):
             watched = [w.conn for w in busy + pending if not w.killed] + [w.proc.sentinel for w in busy + pending]
             ready = wait(watched, timeout=timeout)
             for w in pending:
-                self._tend(w, ready)
+                self.lifecycle.tend(w, ready)
             for w in busy:
                 job, sent = w.job, w.sent_at
                 result = self._collect(w, ready)
@@ -117,7 +185,7 @@ class LocalPool(WorkerLifecycle):
         try:
             w.conn.send(job)
         except OSError:  # the worker died while idle: not this job's doing, so it goes to a fresh worker
-            self._replace(w)
+            self.lifecycle.replace(w)
             self._requeue(job)
             return
         w.job, w.started, w.sent_at = job, False, now
@@ -125,7 +193,7 @@ class LocalPool(WorkerLifecycle):
 
     def _requeue(self, job) -> None:
         self._requeued += 1
-        if self._requeued > MAX_REQUEUES * max(1, len(self.workers)):
+        if self._requeued > MAX_REQUEUES * max(1, len(self.lifecycle.workers)):
             raise KzError("evaluator workers keep dying before their jobs start; results so far are saved")
         self._queue.push_front(job)
 
@@ -145,13 +213,13 @@ class LocalPool(WorkerLifecycle):
                 return self._junk(w, f"a {message[0]!r} message that is not {_job_of(job)}'s result")
             w.job = None
             if message[2]:  # poisoned
-                self._replace(w)
+                self.lifecycle.replace(w)
             return message[1]
         if w.proc.sentinel in ready or not w.proc.is_alive():
             return self._lost(w)
         if time.monotonic() >= w.deadline and not w.conn.poll(0):  # a result already sent is still read
             w.job = None
-            self._replace(w)
+            self.lifecycle.replace(w)
             return _failure(job, Status.TIMEOUT, f"no result within {job.config.timeout_s:g} s; the worker was killed")
         return None
 
@@ -160,7 +228,7 @@ class LocalPool(WorkerLifecycle):
         job, w.job = w.job, None
         w.proc.join(timeout=1)  # the pipe can close just before the process is reaped: wait for its exit code
         how = _exit_description(w.proc)
-        self._replace(w)
+        self.lifecycle.replace(w)
         if not w.started:
             self._requeue(job)
             return None
@@ -170,7 +238,7 @@ class LocalPool(WorkerLifecycle):
 
     def _junk(self, w: _Worker, what) -> EvalResult:
         job, w.job = w.job, None
-        self._replace(w)
+        self.lifecycle.replace(w)
         return _failure(
             job,
             Status.RUNTIME_ERROR,
