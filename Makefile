@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 # trains and tests with what CI did; pyproject.toml keeps ranges. `make lock` moves them forward.
 LOCK   := constraints.txt
 PACKAGES := -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e plugins/ray -e plugins/suites \
-	-e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6"
+	-e tests/plugins/kz_pylang "pytest>=8" "hypothesis>=6" "ruff>=0.6" "mypy>=1.10"
 
 .PHONY: demo eval-demo test test-fast gpu-check clean lock
 
@@ -41,12 +41,14 @@ eval-demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy   # the public API's modules ([tool.mypy] in pyproject.toml)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # The edit loop's lane: the suite less the tests marked slow (own worker pools, worker crashes, timeouts,
 # training, builds); under 2 minutes on a 2-core CPU machine. `make test` (all of it) is what CI runs.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy   # the public API's modules ([tool.mypy] in pyproject.toml)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 gpu-check:

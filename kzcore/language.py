@@ -32,6 +32,8 @@ def import_module_from_file(path: Path, name: str) -> ModuleType:
     import sys
 
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # not a file Python can import (no .py, .so... suffix)
+        raise ImportError(f"cannot import {path}: not a Python module file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -84,7 +86,12 @@ class Language:
         tracked_packages: Sequence[str] | None = None,
         kernel_namespaces: Sequence[str] | None = None,
     ):
-        given = {"name": name, "description": description, "needs_gpu": needs_gpu, "guard_torch_ops": guard_torch_ops}
+        given: dict[str, object] = {
+            "name": name,
+            "description": description,
+            "needs_gpu": needs_gpu,
+            "guard_torch_ops": guard_torch_ops,
+        }
         sequences = dict(fence_tags=fence_tags, tracked_packages=tracked_packages, kernel_namespaces=kernel_namespaces)
         given.update({key: None if value is None else tuple(value) for key, value in sequences.items()})
         for key, value in given.items():

@@ -127,9 +127,10 @@ def _spec_of(name: str, plugin: Any) -> str:
     if isinstance(plugin, ModuleType):
         return plugin.__name__
     module = sys.modules.get(getattr(type(plugin), "__module__", ""), None)
-    for attr, value in vars(module or object()).items():
-        if value is plugin:
-            return f"{module.__name__}:{attr}"
+    if module is not None:
+        for attr, value in vars(module).items():
+            if value is plugin:
+                return f"{module.__name__}:{attr}"
     raise KzError(f"plugin {name!r} is an object workers cannot re-create; register a module or a module-level object")
 
 

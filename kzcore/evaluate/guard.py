@@ -70,8 +70,9 @@ def guarded(fn):
         with resumed():
             return fn(*args, **kwargs)
 
-    call._kz_guarded = True
-    call.__wrapped__ = fn
+    # a function takes attributes; mypy, typing `call` as a Callable, cannot know that
+    call._kz_guarded = True  # type: ignore[attr-defined]
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
     return call
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # a module function or ModelNew method, sync or async
+
 TORCH_ALLOWED = frozenset(
     """empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange
     device dtype Size float32 float16 bfloat16 float64 int32 int64 int8 uint8 bool is_tensor""".split()
@@ -70,7 +72,7 @@ def dotted(node: ast.AST) -> str:
 class ModuleInfo:
     """What a candidate module defines, and which of its functions are kernels (``is_kernel``)."""
 
-    def __init__(self, tree: ast.Module, is_kernel: Callable[[ast.FunctionDef], bool] = lambda fn: False):
+    def __init__(self, tree: ast.Module, is_kernel: Callable[[FunctionNode], bool] = lambda fn: False):
         self.functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         self.kernels = {name for name, fn in self.functions.items() if is_kernel(fn)}
@@ -95,7 +97,7 @@ class ModuleInfo:
                             out[t.attr] = ctor
         return out
 
-    def forward_path(self) -> list[ast.FunctionDef]:
+    def forward_path(self) -> list[FunctionNode]:
         """forward plus the module functions and ModelNew methods reachable from it (kernels excluded)."""
         start = self.methods.get("forward")
         if start is None:
@@ -127,7 +129,7 @@ def exempt_namespaces() -> tuple[str, ...]:
     return (*kernel_namespaces(languages().items.values()), "math")
 
 
-def violations_in(fn: ast.FunctionDef, mod: ModuleInfo, exempt: tuple[str, ...]) -> list[str]:
+def violations_in(fn: FunctionNode, mod: ModuleInfo, exempt: tuple[str, ...]) -> list[str]:
     """PyTorch compute, submodule calls, the reference Model and dynamic dispatch inside ``fn``; a tensor
     method's name called through a name starting with one of ``exempt`` (`exempt_namespaces`) is not one."""
     out = []
@@ -168,7 +170,8 @@ def forward_violations(mod: ModuleInfo) -> list[str]:
 def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS) -> list[str]:
     """try/except fallbacks, forbidden imports, attribute paths into PyTorch or Python internals, and the
     ways around those rules (``escape_violations``)."""
-    problems, internals = [], {}
+    problems: list[str] = []
+    internals: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Try):
             problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
@@ -196,7 +199,7 @@ def _imported_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _name_problem(name: str, line: int, path: str) -> str | None:
+def _name_problem(name: str, line: int | str, path: str) -> str | None:
     if name in PROCESS_NAMES or (name in ("system", "popen") and path.split(".")[0] == "os"):
         return f"line {line}: `{path}`: candidate code may not start or signal other processes"
     if name in ESCAPE_NAMES:
@@ -266,7 +269,7 @@ def escape_violations(tree: ast.Module) -> list[str]:
             for a in node.names:
                 add(_name_problem(a.name, line, f"{node.module}.{a.name}"))
             for part in (node.module or "").split("."):
-                add(_name_problem(part, line, node.module))
+                add(_name_problem(part, line, node.module or ""))  # None: `from . import x`
         elif isinstance(node, ast.Import):
             for a in node.names:
                 for part in a.name.split("."):

@@ -64,6 +64,7 @@ class _Worker:
         self.started = False  # the worker confirmed it has self.job
         self.sent_at = 0.0
         self.deadline = 0.0
+        self.tick = 0.0  # when LocalPool.map last charged the job's deadline (waiting for the GPU lock is not charged)
 
     @property
     def ready(self) -> bool:

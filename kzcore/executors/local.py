@@ -53,13 +53,13 @@ class LocalPool:
         self.device = resolve_device(self.config.device)
         self.specs = plugins if plugins is not None else plugin_specs(get_plugin_manager())
         self.ctx = mp.get_context("spawn")
-        self.locks: dict[str, DeviceLock] = {}
+        self.locks: dict[str | None, DeviceLock] = {}  # by GPU (slot)
         if self.device == "cuda":
             gpus = pool_gpus(gpu_count())
             per_gpu = self.config.workers_per_gpu
             n = workers or len(gpus) * per_gpu
-            self.slots = [gpus[i % len(gpus)] for i in range(n)]
-            spares = {gpu: self.config.standby_workers for gpu in gpus}
+            self.slots: list[str | None] = [gpus[i % len(gpus)] for i in range(n)]  # a GPU, or None on the CPU
+            spares: dict[str | None, int] = {gpu: self.config.standby_workers for gpu in gpus}
         else:
             self.slots = [None] * (workers or max(1, (os.cpu_count() or 2) // 2))
             spares = {None: self.config.standby_workers}
@@ -199,6 +199,7 @@ class LocalPool:
 
     def _collect(self, w: _Worker, ready: list) -> EvalResult | None:
         job = w.job
+        assert job is not None  # called for busy workers only
         if w.conn in ready:
             try:
                 message = receive(w.conn)
