@@ -122,14 +122,17 @@ def _nvrtc(text: str, options: list[str], name_expressions: Sequence[str]) -> tu
         encoded = [o.encode() for o in options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         size = check(nvrtc.nvrtcGetProgramLogSize(prog))
-        buf = b" " * size
+        # NVRTC writes into the buffer it is given: a bytearray, never a bytes object (immutable, and for
+        # sizes 0 and 1 CPython's shared singletons, whose corruption breaks every later user in the process)
+        buf = bytearray(size)
         check(nvrtc.nvrtcGetProgramLog(prog, buf))
-        log = buf.rstrip(b"\x00").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\x00").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b"", {}
         size = check(nvrtc.nvrtcGetCUBINSize(prog))
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin))
+        buf = bytearray(size)
+        check(nvrtc.nvrtcGetCUBIN(prog, buf))
+        cubin = bytes(buf)
         lowered = {}
         for expr in name_expressions:
             name = check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()))

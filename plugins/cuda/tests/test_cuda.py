@@ -107,6 +107,21 @@ def test_nvrtc_compiles_a_kernel_to_an_sm90_cubin_without_a_gpu():
     assert b"relu_kernel" in module.cubin  # extern "C": the symbol is the plain name
 
 
+def test_a_compile_leaves_the_interpreters_shared_bytes_intact(tmp_path):
+    """NVRTC fills the buffers it is handed: handed the interpreter's shared one-byte object (a clean log is
+    one NUL byte), it rewrote b" " for the whole process, and torch.save then wrote checkpoints that could not
+    be loaded (the evaluator's main process builds CUDA candidates ahead of time, so this reached training)."""
+    import torch
+
+    clear_cache()
+    compile_cuda(RELU_SOURCE.replace("relu_kernel", "relu_kernel_shared_bytes"), arch="sm_90")
+    assert b" " * 1 == bytes([32]) and (b" " * 1)[0] == 32
+    state = {i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(32)} for i in range(4)}
+    torch.save(state, tmp_path / "state.pt")
+    loaded = torch.load(tmp_path / "state.pt", weights_only=True)
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[i]["exp_avg"], state[i]["exp_avg"]) for i in state)
+
+
 def test_name_expressions_give_lowered_names():
     source = "template <int B> __global__ void scale(float* x) { x[threadIdx.x] *= B; }\n"
     module = compile_cuda(source, name_expressions=["scale<4>"])
