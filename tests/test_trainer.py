@@ -288,6 +288,7 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
     """A resumed run's held-out scoring finds every completion and verdict on disk: its lines say they were
     reused from the earlier run, not that 0 of 2 were sampled in 0 s. (The evaluator is a stand-in that reports
     how many verdicts it found on disk, as kzcore.evaluate.runner.evaluate does through ``on_start``.)"""
+    from kzcore.evaluate import policy_eval
     from kzcore.problems import load_problems
     from kzcore.train import scoring
     from kzcore.train.context import RunContext
@@ -295,12 +296,12 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
 
     on_disk = []
 
-    def evaluate(problems, candidates, config, out, executor, on_start, on_result, pm, on_stale=None):
+    def evaluate(problems, candidates, config, out, executor, on_start, on_result, pm, on_stale=None, workers=None):
         on_start(len(on_disk), len(candidates) - len(on_disk))
         on_disk[:] = candidates
         return []
 
-    monkeypatch.setattr(scoring, "evaluate", evaluate)
+    monkeypatch.setattr(policy_eval, "evaluate", evaluate)  # the chain scoring runs (evaluate_policy)
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "3_Sigmoid")]
     lines: list[str] = []
     # no executor runs: the stand-in evaluate above is handed this one and ignores it

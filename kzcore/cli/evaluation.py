@@ -1,5 +1,5 @@
-"""`kz eval`: candidates from --solutions, or sampled first from --policy, evaluated into a results file that
-the same command resumes; a score table ends the run."""
+"""`kz eval`: candidates from --solutions, or sampled first from --policy (kzcore.evaluate.policy_eval), evaluated
+into a results file that the same command resumes; a score table ends the run."""
 
 from __future__ import annotations
 
@@ -17,18 +17,14 @@ from kzcore.cli.options import (
     _only,
 )
 from kzcore.cli.report import _print_scores
-from kzcore.cli.sample import _sample
 from kzcore.errors import KzError
 from kzcore.types import Command
 
 
 def _cmd_eval(args) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kzcore.evaluate.runner import evaluate
     from kzcore.plugins import require_language
-    from kzcore.problems import load_solutions
 
     console = Console(stderr=True)
     if bool(args.solutions) == bool(args.policy):  # sampling a whole suite must never start by default
@@ -40,13 +36,62 @@ def _cmd_eval(args) -> int:
     config = _config_from(args)
     _note_gpu_only(require_language(args.language), config.device, console)
     problems = _only(_load_problems(args.problems, args.kernelbench), args.only, args.problems)
+    out = Path(args.out)
+    display = _EvaluationDisplay(out, console)
     if args.solutions:
-        candidates = load_solutions(args.solutions, problems, args.language)
+        candidates, results = _evaluate_solutions(args, problems, config, out, display, console)
     else:
-        completions = Path(args.completions or Path(args.out).with_suffix(".completions.jsonl"))
-        args.saved = f"completions so far are in {completions}; run the same command again to resume"
-        candidates = _sample(args, problems, completions, console)
+        candidates, results = _sample_and_evaluate(args, problems, config, out, display, console)
+    covered = {(c.level, c.problem) for c in candidates}
+    k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
+    _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
+    Console().print(f"results: {out}")
+    return 0
+
+
+def _evaluate_solutions(args, problems, config, out: Path, display, console):
+    """`kz eval --solutions`: (the candidates of --solutions, their results)."""
+    from kzcore.evaluate.runner import evaluate
+    from kzcore.problems import load_solutions
+
+    candidates = load_solutions(args.solutions, problems, args.language)
+    _check_candidates(candidates, problems, args.solutions, console)
+    args.saved = f"results so far are in {out}; run the same command again to resume"
+    with display.progress:
+        results = evaluate(
+            problems, candidates, config, out, executor=args.executor, workers=args.workers,
+            on_result=display.on_result, on_start=display.on_start, on_stale=display.on_stale,
+        )  # fmt: skip
+    return candidates, results
+
+
+def _sample_and_evaluate(args, problems, config, out: Path, display, console):
+    """`kz eval --policy`: (the candidates sampled into --completions, their results), by `evaluate_policy`;
+    the policy is closed before the candidates run."""
+    from kzcore.cli.sample import _sampling_params, _sampling_progress
+    from kzcore.evaluate.policy_eval import evaluate_policy
+    from kzcore.policy import load_policy
+
+    completions = Path(args.completions or out.with_suffix(".completions.jsonl"))
+    args.saved = f"completions so far are in {completions}; run the same command again to resume"
+
+    def on_sampled(candidates) -> None:
         console.print(f"completions: {completions}")
+        _check_candidates(candidates, problems, None, console)
+        args.saved = f"results so far are in {out}; run the same command again to resume"
+
+    params, sampling = _sampling_params(args), _sampling_progress(args.policy, console)
+    evaluation = evaluate_policy(
+        load_policy(args.policy), problems, args.language, params, config, completions, out,
+        template=args.template, batch_size=args.batch_size, executor=args.executor, workers=args.workers,
+        close_policy=True, sampling=sampling, on_sampled=on_sampled, evaluating=display.progress,
+        on_start=display.on_start, on_result=display.on_result, on_stale=display.on_stale,
+    )  # fmt: skip
+    return evaluation.candidates, evaluation.results
+
+
+def _check_candidates(candidates, problems, source: str | None, console) -> None:
+    """Name the problems without a candidate (they score 0); none at all is an error."""
     covered = {(c.level, c.problem) for c in candidates}
     missing = [p.key for p in problems if (p.level, p.name) not in covered]
     if missing:
@@ -55,44 +100,35 @@ def _cmd_eval(args) -> int:
             soft_wrap=True,
         )
     if not candidates:
-        raise KzError(f"no candidates found in {args.solutions or 'the policy output'} for {len(problems)} problem(s)")
-    out = Path(args.out)
-    progress = Progress(
-        TextColumn("[bold]evaluating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=console,
-    )
-    task = None
+        raise KzError(f"no candidates found in {source or 'the policy output'} for {len(problems)} problem(s)")
 
-    def on_start(already: int, todo: int):
-        nonlocal task
-        if already:
-            console.print(f"{already} result(s) already in {out}; evaluating the remaining {todo}")
-        task = progress.add_task("", total=todo)
 
-    def on_result(result):
-        progress.update(task, advance=1, description=f"{result.problem}: {result.status.value}")
+class _EvaluationDisplay:
+    """What `kz eval` shows while it evaluates: a progress bar (``progress``, the context evaluation runs in),
+    the count of results reused from ``out``, and the candidates evaluated again because their code changed."""
 
-    args.saved = f"results so far are in {out}; run the same command again to resume"
-    with progress:
-        results = evaluate(
-            problems,
-            candidates,
-            config,
-            out,
-            executor=args.executor,
-            workers=args.workers,
-            on_result=on_result,
-            on_start=on_start,
-            on_stale=_report_retracted(out, console),
+    def __init__(self, out: Path, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.out, self.console = out, console
+        self.progress = Progress(
+            TextColumn("[bold]evaluating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
         )
-    k = min([args.k] + [sum(1 for c in candidates if (c.level, c.problem) == key) for key in covered])
-    _print_scores(results, max(1, k), [(p.level, p.name) for p in problems], args.include_degenerate, Console())
-    Console().print(f"results: {out}")
-    return 0
+        self.task = None
+        self.on_stale = _report_retracted(out, console)
+
+    def on_start(self, already: int, todo: int) -> None:
+        if already:
+            self.console.print(f"{already} result(s) already in {self.out}; evaluating the remaining {todo}")
+        self.task = self.progress.add_task("", total=todo)
+
+    def on_result(self, result) -> None:
+        self.progress.update(self.task, advance=1, description=f"{result.problem}: {result.status.value}")
 
 
 def _first(names: list[str], limit: int = 10) -> str:

@@ -1,8 +1,10 @@
-"""`kz sample`: completions from a policy into a completions JSONL, without evaluating them. `_sample` is
-also how `kz eval --policy` gets its candidates."""
+"""`kz sample`: completions from a policy into a completions JSONL, without evaluating them. Its sampling
+options and bar are also `kz eval --policy`'s."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kzcore.cli.options import KERNELBENCH_HELP, _add_only, _add_policy_args, _load_problems, _only
@@ -17,42 +19,48 @@ def _sampling_params(args):
     )
 
 
-def _sample(args, problems, out: Path, console):
-    """Sample ``args.n`` completions per problem from ``args.policy`` into ``out``; returns the candidates."""
+def _sampling_progress(policy: str, console):
+    """The sampling bar of `kz sample` and `kz eval --policy`, in the shape `evaluate_policy` takes as
+    ``sampling``: a context around the sampling whose value advances the bar by each batch's prompts."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kzcore.policy import load_policy
-    from kzcore.sampling import sample_candidates
-
-    policy = load_policy(args.policy)
     progress = Progress(
-        TextColumn(f"[bold]sampling {args.policy}"),
+        TextColumn(f"[bold]sampling {policy}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
     )
-    try:
+
+    @contextmanager
+    def sampling(reused: int, todo: int) -> Iterator[Callable[[int], None]]:
         with progress:
-            task = progress.add_task("", total=len(problems))
-            return sample_candidates(
-                policy, problems, args.language, _sampling_params(args), out, template=args.template,
-                batch_size=args.batch_size, on_batch=lambda k: progress.update(task, advance=k),
-            )  # fmt: skip
-    finally:
-        policy.close()
+            task = progress.add_task("", total=reused + todo)
+            yield lambda k: progress.update(task, advance=k)
+
+    return sampling
 
 
 def _cmd_sample(args) -> int:
     from rich.console import Console
 
     from kzcore.plugins import require_language
+    from kzcore.policy import load_policy
+    from kzcore.sampling import sample_candidates
 
     require_language(args.language)
     problems = _only(_load_problems(args.problems, args.kernelbench), args.only, args.problems)
     console = Console(stderr=True)
     args.saved = f"completions so far are in {args.out}; run the same command again to resume"
-    candidates = _sample(args, problems, Path(args.out), console)
+    policy = load_policy(args.policy)
+    try:
+        with _sampling_progress(args.policy, console)(0, len(problems)) as on_batch:
+            candidates = sample_candidates(
+                policy, problems, args.language, _sampling_params(args), Path(args.out), template=args.template,
+                batch_size=args.batch_size, on_batch=on_batch,
+            )  # fmt: skip
+    finally:
+        policy.close()
     Console().print(f"{len(candidates)} completions for {len(problems)} problems in {args.out}")
     return 0
 

@@ -1,6 +1,7 @@
 """Cold-start distillation: a teacher (any policy, prompted with the four principles: tiling, fusion,
 pipelining, reordering) writes kernels; the evaluator keeps the correct ones (optionally only those faster
-than eager); they become a chat-format SFT dataset (prompt/completion rows, with provenance).
+than eager; sampling and evaluating are kzcore.evaluate.policy_eval's); they become a chat-format SFT dataset
+(prompt/completion rows, with provenance).
 
 A suite's shipped reference solutions can stand in for the teacher (``solutions="builtin"``): that is what
 the CPU smoke run uses, since no large teacher fits there. ``variants=N`` adds up to N generated variant
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.evaluate.policy_eval import evaluate_policy
 from kzcore.evaluate.runner import evaluate
 from kzcore.metrics import is_faster
 from kzcore.plugins import get_plugin_manager
 from kzcore.policy import Policy, SamplingParams
 from kzcore.problems import load_solutions
 from kzcore.prompts import build_prompt
-from kzcore.sampling import sample_candidates
 from kzcore.train import variants as variant_gen
 from kzcore.types import Candidate, EvalConfig, EvalResult, Problem
 
@@ -94,24 +95,21 @@ def distill(
     note = ""
     counts: dict[str, dict[str, int]] = {}
     for language in languages:
-        if teacher is not None:
+        variant_pairs = [(v.problem, c) for v in pool if (c := v.candidate(language)) is not None]
+        extra = [c for _, c in variant_pairs]
+        results_file = out_dir / f"results-{language}.jsonl"
+        if teacher is not None:  # the teacher's kernels and the variants' solutions, judged in one results file
             params = params or SamplingParams(n=k, temperature=0.8, max_new_tokens=max_new_tokens)
-            candidates = sample_candidates(
-                teacher, problems, language, params, out_dir / f"teacher-{language}.jsonl", template=template, pm=pm
-            )
+            evaluation = evaluate_policy(
+                teacher, problems, language, params, config, out_dir / f"teacher-{language}.jsonl", results_file,
+                template=template, executor=executor, workers=workers, extra=variant_pairs, pm=pm,
+            )  # fmt: skip
+            candidates, results = evaluation.candidates + extra, evaluation.results
         else:
-            candidates = load_solutions(solutions, problems, language, pm=pm)
-        extra = [c for v in pool if (c := v.candidate(language)) is not None]
-        candidates = candidates + extra
-        results = evaluate(
-            all_problems,
-            candidates,
-            config,
-            out_dir / f"results-{language}.jsonl",
-            executor=executor,
-            workers=workers,
-            pm=pm,
-        )
+            candidates = load_solutions(solutions, problems, language, pm=pm) + extra
+            results = evaluate(
+                all_problems, candidates, config, results_file, executor=executor, workers=workers, pm=pm
+            )
         verdicts = {r.key: r for r in results}
         n_cand += len(candidates)
         n_correct += sum(r.correct for r in results)

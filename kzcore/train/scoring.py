@@ -1,18 +1,19 @@
-"""Scoring a checkpoint's policy on a set of problems, for the trainer: sample completions, evaluate them through
-the run's executor, and summarise. Used by the held-out evaluation, its training probe and the Coder's task
-calibration."""
+"""Scoring a checkpoint's policy on a set of problems, for the trainer: `evaluate_policy` (sample, evaluate through
+the run's executor) with the trainer's progress lines, summarised into metrics. Used by the held-out evaluation,
+its training probe and the Coder's task calibration."""
 
 from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from kzcore.evaluate.runner import evaluate
+from kzcore.evaluate.policy_eval import evaluate_policy
 from kzcore.metrics import summarize
 from kzcore.policy import SamplingParams
 from kzcore.progress import Progress
-from kzcore.sampling import read_completions, sample_candidates
 from kzcore.train.context import RunContext
 from kzcore.types import EvalResult, Problem
 
@@ -22,52 +23,45 @@ def sample_and_evaluate(
     where: str,
 ) -> list[EvalResult]:  # fmt: skip
     """``params.n`` completions of each problem from ``policy`` in ``language``, evaluated through the run's
-    executor (``context``: also its Coder prompt template, plugins and log). Completions and verdicts go to
-    ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl`` (both resume); what
-    an earlier run left there is reused, and the progress lines say so rather than count it as done now."""
-    completions = out / f"{files}completions-{language}.jsonl"
-    reused = already_sampled(completions, problems, language)
+    executor (``context``: also its Coder prompt template, plugins and log), by `evaluate_policy`. Completions
+    and verdicts go to ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl``
+    (both resume); what an earlier run left there is reused, and the progress lines say so rather than count it
+    as done now."""
     label = f"{where}: sampling {params.n} per problem"
-    if reused:
-        context.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
-    with Progress(label, None, context.log) as bar:
-        if reused < len(problems):
-            bar.start(len(problems) - reused)
-        candidates = sample_candidates(
-            policy, problems, language, params, completions, template=context.config.prompts.coder_template,
-            batch_size=prompts_per_call(policy, params.n), on_batch=bar.advance, pm=context.pm,
-        )  # fmt: skip
-    with Progress(f"{where}: evaluating", None, context.log) as bar:
-        correct = 0
 
-        def on_start(already: int, todo: int) -> None:
-            if already:
-                context.log(f"{where}: evaluating: {already} results reused from an earlier run")
-            if todo or not already:
+    @contextmanager
+    def sampling(reused: int, todo: int) -> Iterator[Callable[[int], None]]:
+        if reused:
+            context.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
+        with Progress(label, None, context.log) as bar:
+            if todo:
                 bar.start(todo)
+            yield bar.advance
 
-        def on_result(result):
-            nonlocal correct
-            correct += result.correct
-            bar.advance(1, f"{correct} correct")
+    evaluating = Progress(f"{where}: evaluating", None, context.log)
+    correct = 0
 
-        def on_stale(stale) -> None:
-            context.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
+    def on_start(already: int, todo: int) -> None:
+        if already:
+            context.log(f"{where}: evaluating: {already} results reused from an earlier run")
+        if todo or not already:
+            evaluating.start(todo)
 
-        return evaluate(
-            problems, candidates, context.config.eval, out / f"{files}results-{language}.jsonl",
-            executor=context.executor, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=context.pm,
-        )  # fmt: skip
+    def on_result(result: EvalResult) -> None:
+        nonlocal correct
+        correct += result.correct
+        evaluating.advance(1, f"{correct} correct")
 
+    def on_stale(stale: list[EvalResult]) -> None:
+        context.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
 
-def already_sampled(path: Path, problems: list[Problem], language: str) -> int:
-    """How many of ``problems`` already have completions in ``language`` in ``path`` (sample_candidates asks
-    the policy only for the others)."""
-    if not path.exists():
-        return 0
-    rows = read_completions(path, on_skip=lambda message: None)  # sample_candidates reports a torn line
-    done = {(r["level"], r["problem"]) for r in rows if r.get("language") == language}
-    return sum((p.level, p.name) in done for p in problems)
+    evaluation = evaluate_policy(
+        policy, problems, language, params, context.config.eval, out / f"{files}completions-{language}.jsonl",
+        out / f"{files}results-{language}.jsonl", template=context.config.prompts.coder_template,
+        batch_size=prompts_per_call(policy, params.n), executor=lambda: context.executor, sampling=sampling,
+        evaluating=evaluating, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=context.pm,
+    )  # fmt: skip
+    return evaluation.results
 
 
 def prompts_per_call(policy, n: int, default: int = 8) -> int:
