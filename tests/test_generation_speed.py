@@ -57,7 +57,7 @@ def test_run_grpo_generates_without_cudnn_attention_and_trains_with_the_defaults
         def __init__(self, model, reward_funcs, args, train_dataset, callbacks=()):
             self.args = args
             self.model = SimpleNamespace(generate=self._generate)
-            self.state = SimpleNamespace(global_step=1, log_history=[])
+            self.state = SimpleNamespace(global_step=1, log_history=[], num_input_tokens_seen=0)
             self.processing_class = SimpleNamespace(save_pretrained=lambda path: None)
 
         def _generate(self, *args, **kwargs):

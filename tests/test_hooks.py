@@ -404,7 +404,7 @@ def test_kz_fast_generate(plugins, tmp_path, monkeypatch):
 
         def __init__(self, model, reward_funcs, args, train_dataset, callbacks=()):
             self.model = SimpleNamespace(generate=lambda **kwargs: "slow", fast_ok=FakeGRPOTrainer.fast_ok)
-            self.args, self.state = args, SimpleNamespace(global_step=1, log_history=[])
+            self.args, self.state = args, SimpleNamespace(global_step=1, log_history=[], num_input_tokens_seen=0)
             self.processing_class = SimpleNamespace(save_pretrained=lambda path: None)
 
         def add_callback(self, callback):

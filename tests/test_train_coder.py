@@ -3,6 +3,7 @@ with TRL runs end to end on a tiny model, logging reward statistics and saving t
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -11,6 +12,7 @@ import pytest
 from kzcore.executors.local import LocalPool
 from kzcore.plugins import plugin_specs
 from kzcore.problems import load_problems
+from kzcore.prompts import build_prompt
 from kzcore.train.ca_grpo import CAGRPOConfig
 from kzcore.train.coder import CoderReward, GRPOSettings, run_coder_phase
 from kzcore.types import EvalConfig
@@ -60,6 +62,16 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     settings = GRPOSettings(max_steps=2, num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
     metrics = run_coder_phase(str(tiny), problems, "triton", tmp_path / "out", settings, pool, CFG)
     assert metrics["steps"] == 2
+    # the compute the Coder's controls match: 2 steps of 2 completions, each prompt's tokens and its own (<= 16)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    prompt = functools.partial(build_prompt, language="triton", template="kernelbench")
+    prompts = sum(
+        len(tok.apply_chat_template(prompt(p), add_generation_prompt=True, tokenize=True)["input_ids"])
+        for p in problems
+    )
+    assert metrics["sequences"] == 4 and 2 * prompts < metrics["tokens"] <= 2 * prompts + 4 * 16
     # where the phase's time went: generation (both steps' generate calls), reward evaluation, the rest (updates)
     assert metrics["generation_seconds"] > 0 and metrics["eval_seconds"] > 0 and metrics["update_seconds"] > 0
     total = metrics["generation_seconds"] + metrics["eval_seconds"] + metrics["update_seconds"]

@@ -74,6 +74,41 @@ def test_the_gpu_learning_runs_differ_where_they_say():
     assert len(dirs) == 3  # three runs side by side on one machine
 
 
+def test_the_coder_method_is_ca_grpo_or_a_control(tmp_path):
+    """``[coder] method``: CA-GRPO unless a config names one of the two controls; anything else is a one-line
+    error naming the three. The Proposer's GRPO section has no such key."""
+    path = tmp_path / "c.toml"
+    path.write_text("[coder]\nbatch_size = 4\n")
+    assert load_config(path).coder.method == "ca-grpo"
+    for method in ("sft", "rft", "ca-grpo"):
+        path.write_text(f'[coder]\nmethod = "{method}"\n')
+        assert load_config(path).coder.method == method
+    path.write_text('[coder]\nmethod = "grpo"\n')
+    with pytest.raises(
+        ConfigError, match=r"\[coder\] method must be one of 'ca-grpo', 'sft', 'rft', got 'grpo'"
+    ) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+    path.write_text('[proposer_grpo]\nmethod = "sft"\n')
+    with pytest.raises(ConfigError, match=r"\[proposer_grpo\]: unknown key\(s\) method"):
+        load_config(path)
+
+
+def test_the_control_arms_differ_from_the_ca_grpo_run_in_the_coder_method_alone():
+    import attrs
+
+    main_run = load_config(CONFIGS / "gpu-small.toml")
+    assert main_run.coder.method == "ca-grpo"
+    dirs = {main_run.run.dir}
+    for method in ("sft", "rft"):
+        control = load_config(EXPERIMENT_CONFIGS / f"gpu-small-{method}.toml")
+        assert control.coder.method == method
+        dirs.add(control.run.dir)
+        as_main = attrs.evolve(control, run=main_run.run, coder=attrs.evolve(control.coder, method="ca-grpo"))
+        assert as_main == main_run
+    assert len(dirs) == 3  # side by side: each run its own directory
+
+
 def test_fork_run_copies_the_cold_start_up_to_the_phase_asked(tmp_path):
     import json
     import subprocess

@@ -57,6 +57,31 @@ def test_the_one_gpu_plan_names_the_decoders_the_probe_and_the_proposer_cold_sta
     assert _with_decoders({"generation": "transformers generate"}, pm)["generation"] == "transformers generate"
 
 
+def test_the_plan_states_the_coder_method(plugins):
+    """The plan's Coder method line: CA-GRPO, or a control with the compute it matches (the Coder's steps and
+    sequences per step, as SFT micro-batches of ``[sft] batch_size`` accumulated)."""
+    pm = plugins("kz_triton", "kz_cuda", "kz_models")
+    lines = {}
+    for name in ("gpu-small", "gpu-small-sft", "gpu-small-rft"):
+        where = ROOT / "configs" if name == "gpu-small" else ROOT / "experiments" / "learning_signal" / "configs"
+        plan = training_plan(load_config(where / f"{name}.toml"), 1, pm=pm)
+        (lines[name],) = [line for line in format_plan(plan) if line.startswith("Coder method:")]
+    assert plan["coder_method"] == {
+        "method": "rft", "steps": 8, "sequences_per_step": 32, "micro_batch": 8, "grad_accum": 4,
+        "learning_rate": 1e-4, "tasks": 32, "samples_per_task": 8,
+    }  # fmt: skip
+    assert lines["gpu-small"] == "Coder method: ca-grpo (GRPO with CA-GRPO rewards), 8 steps x 32 sequences a phase"
+    assert lines["gpu-small-sft"].startswith("Coder method: sft (a control, no RL): SFT continued on the cold start's")
+    assert "8 steps x 32 sequences a phase (micro-batches of 8 x 4 accumulated" in lines["gpu-small-sft"]
+    assert lines["gpu-small-rft"].startswith("Coder method: rft (a control, no RL): 32 tasks drawn as for CA-GRPO x 8")
+    # on two processes a step's sequences double, as CA-GRPO's completions per step do
+    two = training_plan(load_config(ROOT / "configs" / "gpu-small.toml"), 2, pm=pm)
+    assert two["coder_method"]["sequences_per_step"] == two["coder_batch"]["completions_per_step"] == 64
+    rft = load_config(ROOT / "experiments" / "learning_signal" / "configs" / "gpu-small-rft.toml")
+    assert any("not rank-aware" in w and "rft" in w for w in training_plan(rft, 2, pm=pm)["warnings"])
+    assert not any("rft" in w for w in two["warnings"] + training_plan(rft, 1, pm=pm)["warnings"])
+
+
 def test_a_layout_trl_would_refuse_fails_in_the_plan():
     config = load_config(RECIPE)
     with pytest.raises(

@@ -114,6 +114,7 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     assert all(r["gates"] for r in pool)
     coder = state["metrics"]["01-coder"]
     assert coder["steps"] == 1 and "heldout_pass@1" in coder and "heldout_pass@2" in coder
+    assert coder["method"] == "ca-grpo" and coder["sequences"] == 2 and coder["tokens"] > 0
     assert coder["calibration_tasks"] >= 1 and "probe_triton_pass@1" in coder
     heldout = [json.loads(x) for x in (run / "heldout.jsonl").read_text().splitlines()]
     assert [h["phase"] for h in heldout] == ["00-base", "00-sft", "01-coder"]  # base, after SFT, after RL

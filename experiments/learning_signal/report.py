@@ -21,7 +21,9 @@ from kzcore.jsonl import read_jsonl
 PHASE_KEYS = ("seconds", "train_seconds", "eval_seconds", "steps", "reward_mean", "reward_std", "correct_rate",
               "frac_reward_zero_std", "frac_groups_zero_std", "accepted", "proposed", "kept", "examples",
               "loss_first", "loss_last", "task_sources", "tasks_measured", "variants", "between_calls_seconds",
-              "generation_seconds", "update_seconds", "calibration_seconds")  # fmt: skip
+              "generation_seconds", "update_seconds", "calibration_seconds",
+              # the Coder phase's method and the compute it trained with (controls: docs/training.md)
+              "method", "sequences", "tokens", "samples", "correct", "sample_seconds", "source_rows")  # fmt: skip
 
 
 def run_summary(run_dir: Path) -> dict:

@@ -308,8 +308,14 @@ def run_grpo(
         values = [h[key] for h in logs if h.get(key) is not None]
         return statistics.fmean(values) if values else float("nan")
 
+    args = trainer.args
+    # a step's sequences over every process: one completion each (its prompt's tokens and its own), a batch of
+    # them per process; what the Coder's controls at the same compute match (kzcore.train.controls)
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     return {
         "steps": trainer.state.global_step,
+        "sequences": trainer.state.global_step * per_step,
+        "tokens": trainer.state.num_input_tokens_seen,
         "reward_mean": mean("reward"),
         "reward_std": mean("reward_std"),
         # TRL's share of groups whose rewards are all equal (zero advantage: no gradient from them)

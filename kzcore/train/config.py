@@ -209,6 +209,34 @@ class HeldoutSection:
     decontaminate: typing.Literal["off", "report", "drop-train"] = "off"
 
 
+CoderMethod = typing.Literal["ca-grpo", "sft", "rft"]
+CODER_METHODS: tuple[str, ...] = typing.get_args(CoderMethod)
+
+
+def _check_method(instance, attribute, value) -> None:
+    if value not in CODER_METHODS:
+        raise ValueError(f"method must be one of {', '.join(repr(m) for m in CODER_METHODS)}, got {value!r}")
+
+
+@attrs.frozen
+class CoderSection(GRPOSettings):
+    """``[coder]``: the Coder phase's GRPO settings and ``method``, what trains the Coder in it: ``"ca-grpo"``
+    (the method) or one of the two controls at the same compute without RL (kzcore.train.controls): ``"sft"``
+    (SFT continued on the cold start's distilled set) or ``"rft"`` (SFT on the Coder's own verified samples of
+    the phase's tasks), for ``max_steps`` optimizer steps of ``batch_size`` sequences either way."""
+
+    method: CoderMethod = attrs.field(default="ca-grpo", validator=_check_method)
+
+    @classmethod
+    def of(cls, settings: GRPOSettings) -> CoderSection:
+        """``settings`` as a Coder section; plain GRPO settings (a config built in Python) train by CA-GRPO."""
+        return settings if isinstance(settings, cls) else cls(**attrs.asdict(settings, recurse=False))
+
+    def grpo(self) -> GRPOSettings:
+        """The GRPO settings alone: what a CA-GRPO phase trains with and records in its checkpoints' identity."""
+        return GRPOSettings(**{f.name: getattr(self, f.name) for f in attrs.fields(GRPOSettings)})
+
+
 @attrs.frozen
 class TrainConfig:
     run: RunSection = RunSection()
@@ -220,7 +248,7 @@ class TrainConfig:
     prompts: PromptsSection = PromptsSection()
     task_mix: TaskMixSection = TaskMixSection()
     sft: SFTSettings = SFTSettings()
-    coder: GRPOSettings = GRPOSettings()
+    coder: CoderSection = attrs.field(default=CoderSection(), converter=CoderSection.of)
     ca_grpo: CAGRPOConfig = CAGRPOConfig()
     proposer: ProposerSection = ProposerSection()
     proposer_grpo: GRPOSettings = GRPOSettings(num_generations=4, batch_size=4, max_completion_length=768)

@@ -127,6 +127,7 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         ),
         "languages": list(config.plugins.languages),
         "coder_batch": _with_decoders(batch_layout(config.coder, processes, "coder"), pm),
+        "coder_method": coder_method(config, processes),
         "proposer_batch": _with_decoders(batch_layout(config.proposer_grpo, processes, "proposer_grpo"), pm),
         "evaluator": _evaluator(config, processes),
         "problems": {
@@ -163,9 +164,32 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             ]
             if processes > 1
             else []
+        )
+        + (
+            ['[coder] method = "rft" samples the draw in every process into the same files (not rank-aware)']
+            if processes > 1 and config.coder.method == "rft"
+            else []
         ),
     }
     return plan
+
+
+def coder_method(config: TrainConfig, processes: int) -> dict:
+    """``[coder] method`` and what a Coder phase trains by it: the optimizer steps and sequences per step
+    every method shares; for the controls without RL (kzcore.train.controls) their SFT's micro-batch and
+    accumulation, and for "rft" the tasks sampled and the samples of each."""
+    from kzcore.train.controls import control_settings
+
+    coder, steps = config.coder, config.schedule.coder_steps
+    out: dict = {"method": coder.method, "steps": steps, "sequences_per_step": coder.batch_size * processes}
+    if coder.method != "ca-grpo":
+        sft = control_settings(config.sft, coder, steps)
+        out.update(micro_batch=sft.batch_size, grad_accum=sft.grad_accum, learning_rate=sft.learning_rate)
+    if coder.method == "rft":
+        out.update(
+            tasks=steps * max(1, coder.batch_size // coder.num_generations), samples_per_task=coder.num_generations
+        )
+    return out
 
 
 def _decontamination(config: TrainConfig, pm) -> dict:
@@ -233,6 +257,7 @@ def format_plan(plan: dict) -> list[str]:
             f"({b['completions_per_process']} per process, groups gathered across processes), "
             f"<= {b['max_completion_length']} tokens, {b['generation']}; {SCALE_WORDS[b['scale_rewards']]}"
         )
+    lines.append(_method_line(plan["coder_method"]))
     e = plan["evaluator"]
     lines.append(f"evaluator: {e['executor']}, {e['placement']}")
     for kind, sets in plan["problems"].items():
@@ -277,6 +302,20 @@ def format_plan(plan: dict) -> list[str]:
         )
     lines += [f"warning: {w}" for w in plan["warnings"]]
     return lines
+
+
+def _method_line(m: dict) -> str:
+    """The Coder method's line: what trains the Coder in each Coder phase, and the compute it matches."""
+    steps = f"{m['steps']} steps x {m['sequences_per_step']} sequences"
+    if m["method"] == "ca-grpo":
+        return f"Coder method: ca-grpo (GRPO with CA-GRPO rewards), {steps} a phase"
+    sft = f"micro-batches of {m['micro_batch']} x {m['grad_accum']} accumulated, learning rate {m['learning_rate']:g}"
+    if m["method"] == "sft":
+        return f"Coder method: sft (a control, no RL): SFT continued on the cold start's distilled set, {steps} a phase ({sft})"
+    return (
+        f"Coder method: rft (a control, no RL): {m['tasks']} tasks drawn as for CA-GRPO x {m['samples_per_task']} "
+        f"samples from the Coder, the correct ones fine-tuned on, {steps} a phase ({sft})"
+    )
 
 
 def _describe(model) -> str:

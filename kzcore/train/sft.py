@@ -79,6 +79,7 @@ def run_sft(
         save_strategy="no",  # checkpoints are asked for by trl_run's callback (every N steps or minutes)
         disable_tqdm=quiet,
         completion_only_loss=True,
+        include_num_input_tokens_seen="non_padding",  # the "tokens" metric, kept in the trainer's state on resume
         **trainer_precision(settings.use_cpu),
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), callbacks=list(callbacks))
@@ -92,5 +93,6 @@ def run_sft(
         "steps": trainer.state.global_step,
         "loss_first": losses[0] if losses else float("nan"),
         "loss_last": losses[-1] if losses else float("nan"),
+        "tokens": trainer.state.num_input_tokens_seen,  # prompt and completion tokens trained on, padding not
         **run,
     }

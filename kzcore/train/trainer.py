@@ -1,5 +1,6 @@
 """The alternating trainer (`kz train`): cold-start distillation and SFT, then rounds of Proposer GRPO
-(frontier reward) and Coder GRPO (CA-GRPO), with a held-out evaluation and plots after every Coder phase.
+(frontier reward) and Coder GRPO (CA-GRPO, or with ``[coder] method`` a control at the same compute without RL:
+kzcore.train.controls), with a held-out evaluation and plots after every Coder phase.
 
 Each phase trains from the latest checkpoint and saves its own under ``RUN/phases/<id>/model``; the
 schedule records finished phases, so a killed run resumes at the first unfinished one, and inside it at the
@@ -28,6 +29,7 @@ from kzcore.train.checkpoints import HELDOUT_LOG, PROPOSER_COLD_START, Checkpoin
 from kzcore.train.coder import run_coder_phase
 from kzcore.train.config import TrainConfig
 from kzcore.train.context import RunContext
+from kzcore.train.controls import first_draw, rft_control, sft_control
 from kzcore.train.curves import plot_curves
 from kzcore.train.distill import distill
 from kzcore.train.schedule import phase_id, run_schedule
@@ -112,30 +114,49 @@ class Trainer:
         return {f"proposer_sft_{k}": v for k, v in {**metrics, **counts}.items()}
 
     def coder(self, phase: Phase, phase_dir: Path) -> dict:
-        """GRPO of the Coder on the round's draw of tasks (`RunProblems.coder_tasks`; before the first draw,
-        with ``[task_mix] calibrate``, the tasks' pass rates measured), the pass rates it measured filed, and
-        the result scored on the held-out problems."""
+        """The Coder phase by ``[coder] method``: GRPO of the Coder on the round's draw of tasks
+        (`RunProblems.coder_tasks`; before the first draw, with ``[task_mix] calibrate``, the tasks' pass rates
+        measured), or one of the controls at the same compute without RL (kzcore.train.controls: "rft" on the
+        same draw, "sft" on the cold start's distilled set); the pass rates measured on the tasks filed, and the
+        result scored on the held-out problems. Metrics record the method."""
         settings = attrs.evolve(self.config.coder, max_steps=phase.steps)
+        start = self.checkpoints.latest("coder")
+        if settings.method == "sft":
+            metrics = sft_control(self.context, start, phase, phase_dir)
+        else:
+            metrics = self.coder_on_tasks(phase, phase_dir, settings, start)
+        metrics = {"method": settings.method, **metrics}
+        metrics.update(self.evaluate_heldout(phase, phase_dir / "model"))
+        return metrics
+
+    def coder_on_tasks(self, phase: Phase, phase_dir: Path, settings, start: str) -> dict:
+        """The Coder phase's methods that sample the round's tasks: CA-GRPO, or the "rft" control on the same
+        draw (the same count, sources and seed); each task's verdicts over the phase become its pass rate."""
         per_step = max(1, settings.batch_size // settings.num_generations)
         calibration = {}
         if self.config.task_mix.calibrate and not self.problems.task_rates():
             # the first round's draw toward the frontier: the Coder's pass rates before it (round 0)
-            coder, out = self.checkpoints.latest("coder"), phase_dir / "calibration"
-            rates, calibration = calibrate_tasks(self.context, coder, self.problems.tasks, out)
+            out = phase_dir / "calibration"
+            rates, calibration = calibrate_tasks(self.context, start, self.problems.tasks, out)
             self.problems.append_task_rates(0, rates)
         tasks, sources = self.problems.coder_tasks(phase.steps * per_step, phase.round)
+        if settings.method == "rft":  # its pass rates, filed at the end, weight the draw: a rerun keeps the first
+            tasks, sources = first_draw(phase_dir, tasks, sources)
         self.log(f"phase {phase_id(phase)}: {len(tasks)} prompts ({', '.join(f'{v} {k}' for k, v in sources.items())})")
-        metrics = run_coder_phase(
-            self.checkpoints.latest("coder"), tasks, self.context.language, phase_dir / "model", settings,
-            self.context.executor, self.config.eval, self.config.ca_grpo, prompt_for=self.context.coder_prompt,
-            pm=self.pm, log=self.log, quiet=self.config.run.quiet,
-        )  # fmt: skip
+        if settings.method == "rft":
+            metrics, tally = rft_control(self.context, start, tasks, phase, phase_dir)
+            (phase_dir / "model" / "pass_rates.json").write_text(json.dumps(tally, indent=1))
+        else:
+            metrics = run_coder_phase(
+                start, tasks, self.context.language, phase_dir / "model", settings.grpo(), self.context.executor,
+                self.config.eval, self.config.ca_grpo, prompt_for=self.context.coder_prompt, pm=self.pm,
+                log=self.log, quiet=self.config.run.quiet,
+            )  # fmt: skip
         metrics["task_sources"] = sources
         if self.problems.decontam is not None:  # accepted pool modules near a held-out one (drop-train: not drawn)
             metrics["pool_near_heldout"] = len(self.problems.pool_near_heldout(self.problems.accepted_pool()))
         metrics.update(calibration)
         metrics["tasks_measured"] = self.problems.record_pass_rates(phase, phase_dir / "model" / "pass_rates.json")
-        metrics.update(self.evaluate_heldout(phase, phase_dir / "model"))
         return metrics
 
     def proposer(self, phase: Phase, phase_dir: Path) -> dict:
