@@ -45,11 +45,11 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # The edit loop's lane: the suite less the tests marked slow (own worker pools, worker crashes, timeouts,
-# training, builds); under 2 minutes on a 2-core CPU machine. `make test` (all of it) is what CI runs.
+# training, builds), printing its ten slowest tests; under 2 minutes on a 2-core CPU machine. `make test` (all of it) is what CI runs.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy   # the public API's modules ([tool.mypy] in pyproject.toml)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow" --durations=10; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 gpu-check:
 	scripts/gpu-check
