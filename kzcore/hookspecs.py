@@ -105,7 +105,9 @@ def kz_register_commands(register: Callable[[Command], None]) -> None:
         it and returns the exit code. A ``KzError`` raised by ``run`` ends the command with one line, as
         for the built-in commands.
 
-    A name that is a built-in command, or that two plugins register, is an error naming the plugins.
+    kz's own commands are registered through this hook too (the default plugin ``kzcore.builtins.commands``),
+    so a plugin's command is parsed, helped and dispatched exactly as they are. A name that is a built-in
+    command, or that two plugins register, is an error naming the plugins.
     """
 
 
