@@ -114,7 +114,18 @@ def _cmd_pool(args) -> int:
         console.print(f"  {n:4d}  {reason}")
     png = pass_rate_histogram(records, Path(args.png) if args.png else path.with_suffix(".pass_rates.png"))
     console.print(f"pass-rate histogram: {png}" if png else "no pass-rate histogram: no module has a pass rate yet")
+    console.print(f"accepted diversity: {_diversity_line(st.diversity)}", soft_wrap=True)
+    if len(st.rounds) > 1:
+        for n, d in st.rounds.items():
+            line = f"  round {n if n >= 0 else '?'}: {d.accepted} accepted, {_diversity_line(d)}"
+            console.print(line, soft_wrap=True)
     return 0
+
+
+def _diversity_line(d) -> str:
+    """One `kzcore.proposer.pool.Diversity` in words; the share is "n/a" with nothing accepted."""
+    share = "n/a" if d.top_template_share is None else f"{d.top_template_share:.2f}"
+    return f"{d.api_sets} API sets, {d.dedup_keys} dedup keys, top template share {share}"
 
 
 def _configure_propose(parser) -> None:

@@ -5,6 +5,7 @@ summarizes it. Also loadable as a Hugging Face ``datasets.Dataset``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -173,6 +174,56 @@ def accepted_problems(records: Iterable[TaskRecord]) -> list[Problem]:
     return [r.to_problem() for r in records if r.accepted]
 
 
+def template(code: str) -> str:
+    """A module's structural signature: the sha256 of its normalised token list (kzcore.fingerprints'
+    `normalized_tokens`, the decontamination rule's step 1: identifiers become ID, numbers NUM, strings STR;
+    docstrings, comments, imports, annotations and the KZ_SIZES table are dropped; torch names are kept in one
+    spelling). Two modules that make the same torch calls in the same order and differ only in names, sizes
+    or other constants share a template, so a Proposer that refills one skeleton shows up as one template
+    even when every module has its own dedup key. A module that does not parse is its own template."""
+    from kzcore.fingerprints import DecontamError, normalized_tokens  # lazy: fingerprints imports kzcore.proposer
+
+    try:
+        signature = "\x1f".join(normalized_tokens(code))
+    except DecontamError:
+        signature = "unparsed\x1f" + code
+    return hashlib.sha256(signature.encode()).hexdigest()
+
+
+@attrs.frozen
+class Diversity:
+    """How varied the accepted modules among some records are: ``accepted`` modules, ``api_sets`` distinct
+    requested API sets (order ignored), ``dedup_keys`` distinct dedup keys, and ``top_template_share`` the
+    share of them that have the most common `template`. With nothing accepted the share is None, not 0, so
+    an empty phase cannot read as perfect diversity."""
+
+    accepted: int
+    api_sets: int
+    dedup_keys: int
+    top_template_share: float | None
+
+    def to_metrics(self) -> dict:
+        """The training metrics' names for the figures (docs/training.md)."""
+        return {
+            "accepted_api_sets": self.api_sets,
+            "accepted_dedup_keys": self.dedup_keys,
+            "top_template_share": self.top_template_share,
+        }
+
+
+def diversity(records: Iterable[TaskRecord]) -> Diversity:
+    """The `Diversity` of the accepted modules among ``records`` (records that failed a gate are ignored)."""
+    accepted = [r for r in records if r.accepted]
+    templates = Counter(template(r.code) for r in accepted)
+    top = templates.most_common(1)[0][1] / len(accepted) if accepted else None
+    return Diversity(
+        accepted=len(accepted),
+        api_sets=len({frozenset(r.apis) for r in accepted}),
+        dedup_keys=len({r.dedup_key for r in accepted}),
+        top_template_share=top,
+    )
+
+
 @attrs.frozen
 class PoolStats:
     total: int
@@ -181,12 +232,17 @@ class PoolStats:
     reasons: dict[str, int]  # "gate: reason" → count, most common first
     with_pass_rate: int
     pass_rates: dict[float, int]  # latest pass rate → tasks
+    diversity: Diversity  # of the whole pool's accepted modules
+    rounds: dict[int, Diversity]  # provenance round → the diversity of the modules proposed in it (unknown: -1)
 
 
 def stats(records: list[TaskRecord], top_reasons: int = 10) -> PoolStats:
     failed = Counter(r.failed_gate for r in records if r.failed_gate)
     reasons = Counter(f"{r.failed_gate}: {r.gates[r.failed_gate].reason[:80]}" for r in records if r.failed_gate)
     rates = Counter(r.latest_pass_rate for r in records if r.accepted and r.latest_pass_rate is not None)
+    by_round: dict[int, list[TaskRecord]] = {}
+    for r in records:
+        by_round.setdefault(_round(r), []).append(r)
     return PoolStats(
         total=len(records),
         accepted=sum(r.accepted for r in records),
@@ -194,7 +250,15 @@ def stats(records: list[TaskRecord], top_reasons: int = 10) -> PoolStats:
         reasons=dict(reasons.most_common(top_reasons)),
         with_pass_rate=sum(rates.values()),
         pass_rates=dict(sorted(rates.items())),
+        diversity=diversity(records),
+        rounds={n: diversity(by_round[n]) for n in sorted(by_round)},
     )
+
+
+def _round(record: TaskRecord) -> int:
+    """The trainer round that proposed ``record`` (its provenance), -1 when it names none (``kz propose``)."""
+    value = record.provenance.get("round")
+    return value if isinstance(value, int) else -1
 
 
 def pass_rate_histogram(records: list[TaskRecord], path: str | Path, bins: int = 10) -> Path | None:

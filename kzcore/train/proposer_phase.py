@@ -26,7 +26,7 @@ from kzcore.policy import Completion, SamplingParams
 from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
 from kzcore.proposer.gates import AstGateConfig, apis_used, failure_stage
-from kzcore.proposer.pool import PassRate, TaskRecord, append_records, read_pool
+from kzcore.proposer.pool import Diversity, PassRate, TaskRecord, append_records, diversity, read_pool
 from kzcore.proposer.prompt import load_examples
 from kzcore.proposer.propose import ProposerRun
 from kzcore.proposer.sampler import SamplerConfig, coder_task_records
@@ -114,6 +114,7 @@ class ProposerReward:
             "step": getattr(trainer_state, "global_step", None),
             "reward_mean": statistics.fmean(rewards),
             "accepted": sum(r.accepted for r in records),
+            "accepted_ids": [r.id for r in records if r.accepted],  # the phase's diversity metrics read them
             "failures": dict(collections.Counter(r.failed_gate for r in records if r.failed_gate)),
             "pass_rates": rates,
             "seconds": round(seconds, 3),
@@ -215,10 +216,20 @@ def run_proposer_phase(
     rows = read_jsonl(log_path)
     metrics["accepted"] = sum(r["accepted"] for r in rows)
     metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
+    metrics.update(phase_diversity(rows, problems.pool_path).to_metrics())
     if unseen != 1.0:
         metrics["known_apis"] = len(known)
     metrics["coder_tasks_weighting"] = len(coder_tasks)  # Coder tasks (not pool modules) in the API draw's history
     return metrics
+
+
+def phase_diversity(rows: list[dict], pool_path: Path) -> Diversity:
+    """The diversity (kzcore.proposer.pool.diversity) of the modules this phase accepted: the pool records
+    named by the reward log's ``rows`` (their ``accepted_ids``), not the pool's earlier rounds nor the modules
+    a killed run filed in steps its resume repeats (`ProposerReward.start_at` drops those rows)."""
+    ids = {i for r in rows for i in r.get("accepted_ids", ())}
+    records = read_pool(pool_path) if ids and pool_path.exists() else []
+    return diversity(r for r in records if r.id in ids)
 
 
 def phase_prompts(run: ProposerRun, count: int, path: Path) -> tuple[list[tuple[str, ...]], list[list[dict]]]:

@@ -55,6 +55,24 @@ def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: li
     return list({label(p): p for p in problems}.values())
 
 
+def proposer_task_metrics(sources: dict[str, int], tally: dict[str, tuple[int, int]]) -> dict:
+    """How much of a Coder phase the Proposer's modules made up, and how the Coder did on them.
+
+    ``sources``: the phase's prompt counts by source (`RunProblems.coder_tasks`: newest, older, builtin);
+    ``tally``: the phase's verdicts per task, key "level/name", value (passed, k) (the pass rates it files).
+    ``proposer_task_share``: (newest + older) / all prompts; ``proposer_task_pass_rate``: the mean of the
+    pass rates measured in the phase of the distinct pool tasks (names ``proposed_…``) it drew. Each is None
+    when there is nothing to divide (no prompts; no pool task measured), never 0, which would read as a
+    measurement."""
+    total = sum(sources.values())
+    pooled = sources.get("newest", 0) + sources.get("older", 0)
+    rates = [passed / k for task, (passed, k) in tally.items() if task.split("/", 1)[-1].startswith("proposed_") and k]
+    return {
+        "proposer_task_share": pooled / total if total else None,
+        "proposer_task_pass_rate": sum(rates) / len(rates) if rates else None,
+    }
+
+
 def round_share(count: int, share: float) -> int:
     return int(round(count * share))
 

@@ -35,7 +35,7 @@ from kzcore.train.distill import distill
 from kzcore.train.schedule import phase_id, run_schedule
 from kzcore.train.scoring import calibrate_tasks, score_problems
 from kzcore.train.sft import run_sft
-from kzcore.train.tasks import RunProblems
+from kzcore.train.tasks import RunProblems, proposer_task_metrics
 from kzcore.types import Phase
 
 
@@ -156,7 +156,10 @@ class Trainer:
         if self.problems.decontam is not None:  # accepted pool modules near a held-out one (drop-train: not drawn)
             metrics["pool_near_heldout"] = len(self.problems.pool_near_heldout(self.problems.accepted_pool()))
         metrics.update(calibration)
-        metrics["tasks_measured"] = self.problems.record_pass_rates(phase, phase_dir / "model" / "pass_rates.json")
+        tally_path = phase_dir / "model" / "pass_rates.json"
+        metrics["tasks_measured"] = self.problems.record_pass_rates(phase, tally_path)
+        tally = json.loads(tally_path.read_text()) if tally_path.exists() else {}
+        metrics.update(proposer_task_metrics(sources, tally))
         return metrics
 
     def proposer(self, phase: Phase, phase_dir: Path) -> dict:
