@@ -318,3 +318,24 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
         "held-out 00-sft: evaluating: 2 results reused from an earlier run",
     ]
     assert len((tmp_path / "completions-triton.jsonl").read_text().splitlines()) == 2  # none sampled twice
+
+
+def test_a_quiet_run_turns_library_progress_bars_off_before_any_model_loads(plugins, tmp_path, tiny):
+    """Resolving the base checkpoints (the embedded model's conversion, loading weights) happens when the
+    Trainer is built, so a quiet run's log must lose the bars by then, not only when the schedule starts."""
+    import datasets
+    import transformers
+
+    pm = plugins("kz_triton", "kz_models")
+    cfg = attrs.evolve(config(tmp_path, tiny), problems=ProblemsSection(coldstart="builtin:1", tasks="builtin:1"))
+    transformers.utils.logging.enable_progress_bar()
+    datasets.enable_progress_bars()
+    try:
+        Trainer(cfg, pm=pm, log=lambda s: None)
+        assert transformers.utils.logging.is_progress_bar_enabled() and datasets.is_progress_bar_enabled()
+        Trainer(attrs.evolve(cfg, run=attrs.evolve(cfg.run, quiet=True)), pm=pm, log=lambda s: None)
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+        assert not datasets.is_progress_bar_enabled()
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+        datasets.enable_progress_bars()

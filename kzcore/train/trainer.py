@@ -47,6 +47,10 @@ class Trainer:
         self.config = config
         self.pm = pm or get_plugin_manager()
         self.log = log
+        if config.run.quiet:  # before the base checkpoints resolve: converting and loading them draws bars too
+            from kzcore.train.trl_run import quiet_libraries
+
+            quiet_libraries()
         self.context = RunContext(config, self.pm, log)
         self.problems = RunProblems.select(self.context)
         self.checkpoints = Checkpoints.for_config(config, self.pm)
@@ -219,10 +223,6 @@ class Trainer:
         run_dir = self.context.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self._write_decontamination()
-        if self.config.run.quiet:
-            from kzcore.train.trl_run import quiet_libraries
-
-            quiet_libraries()
         handlers = {"distill": self.distill, "sft": self.sft, "coder": self.coder, "proposer": self.proposer}
         handlers = {role: self._pruning_first(h) for role, h in handlers.items()}
         try:
