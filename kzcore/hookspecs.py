@@ -91,8 +91,9 @@ def kz_register_suites(register: Callable[[str, Path], None]) -> None:
     :param register: call ``register(name, path)`` where ``path`` is a KernelBench-style directory
         (``level1/``, ``level2/``, optional ``solutions/<language>/levelN/``).
 
-    The kz_suites plugin registers ``builtin`` (the core ships no problems); ``--problems NAME[:level]``
-    selects a registered suite.
+    The kz_suites plugin registers ``builtin`` (the core ships no problems) and ``kernelbench`` (its copy of
+    KernelBench's levels 1 and 2, which ``--problems kernelbench[:levels]`` reads when no checkout is given);
+    ``--problems NAME[:level]`` selects a registered suite.
     """
 
 

@@ -103,7 +103,8 @@ def parse_suite_spec(spec: str) -> tuple[str, set[int] | None]:
 
 def load_problems(spec: str, pm=None, kernelbench: str | None = None) -> list[Problem]:
     """Problems from a path (file, directory, .jsonl), a registered suite name (``builtin[:levels]``), or
-    ``kernelbench[:levels]`` (`load_kernelbench`; ``kernelbench`` is its checkout, else $KZ_KERNELBENCH)."""
+    ``kernelbench[:levels]`` (`load_kernelbench`; ``kernelbench`` is its checkout, else $KZ_KERNELBENCH, else
+    the folder a plugin registers as the suite ``kernelbench``: kz_suites ships a copy of levels 1 and 2)."""
     from kzcore.plugins import suites
 
     path = Path(spec)
@@ -115,8 +116,8 @@ def load_problems(spec: str, pm=None, kernelbench: str | None = None) -> list[Pr
         return [load_problem_file(path)]
     name, levels = parse_suite_spec(spec)
     registry = suites(pm)
-    if name == KERNELBENCH and name not in registry.items:
-        return load_kernelbench(levels, kernelbench)
+    if name == KERNELBENCH:  # KernelBench's rules (levels 1-3, *_OLD skipped) whoever supplies the files
+        return load_kernelbench(levels, kernelbench, registered=registry.items.get(KERNELBENCH))
     if name not in registry.items:
         known = ", ".join(sorted(registry.items)) or "none"
         raise ProblemFormatError(
@@ -133,7 +134,10 @@ KERNELBENCH = "kernelbench"
 KERNELBENCH_ENV = "KZ_KERNELBENCH"
 KERNELBENCH_LEVELS = (1, 2, 3)
 KERNELBENCH_DATASET = "ScalingIntelligence/KernelBench"  # on the Hugging Face hub: splits level_1, level_2, ...
-_NO_CHECKOUT = f"set {KERNELBENCH_ENV}=/path/to/KernelBench (a checkout) or pass --kernelbench PATH"
+_NO_CHECKOUT = (
+    f"set {KERNELBENCH_ENV}=/path/to/KernelBench (a checkout), pass --kernelbench PATH "
+    "or install kz_suites (plugins/suites: a copy of levels 1 and 2)"
+)
 
 
 def kernelbench_root(checkout: str | Path) -> Path:
@@ -150,20 +154,24 @@ def kernelbench_root(checkout: str | Path) -> Path:
     raise ProblemFormatError(f"KernelBench checkout {str(root)!r}: no level1/ in it or in its KernelBench/ folder")
 
 
-def load_kernelbench(levels: set[int] | None = None, checkout: str | Path | None = None) -> list[Problem]:
-    """KernelBench's levels 1-3 (or ``levels``) from a local checkout (``checkout``, else $KZ_KERNELBENCH),
-    else from its published dataset through the ``datasets`` package (needs the network). Superseded
-    files (``*_OLD.py``) are skipped."""
+def load_kernelbench(
+    levels: set[int] | None = None, checkout: str | Path | None = None, registered: str | Path | None = None
+) -> list[Problem]:
+    """KernelBench's levels 1-3 (or ``levels``) from a local checkout: ``checkout``, else $KZ_KERNELBENCH,
+    else ``registered`` (the folder a plugin registers as the suite ``kernelbench``), so that a user's own
+    (newer) checkout wins over a packaged copy. With none of the three, from its published dataset through
+    the ``datasets`` package (needs the network). Without ``levels``, a checkout gives every level it holds.
+    Superseded files (``*_OLD.py``) are skipped."""
     import os
 
-    levels = set(levels or KERNELBENCH_LEVELS)
-    unknown = sorted(levels - set(KERNELBENCH_LEVELS))
+    unknown = sorted(set(levels or ()) - set(KERNELBENCH_LEVELS))
     if unknown:
         raise ProblemFormatError(f"kernelbench: level(s) {unknown} not supported (levels 1-3)")
-    checkout = checkout or os.environ.get(KERNELBENCH_ENV)
+    checkout = checkout or os.environ.get(KERNELBENCH_ENV) or registered
     if not checkout:
-        return _kernelbench_from_dataset(levels)
+        return _kernelbench_from_dataset(set(levels or KERNELBENCH_LEVELS))
     root = kernelbench_root(checkout)
+    levels = levels or {n for n in KERNELBENCH_LEVELS if (root / f"level{n}").is_dir()}
     problems = []
     for level in sorted(levels):
         folder = root / f"level{level}"

@@ -127,14 +127,12 @@ def test_kz_composes_default_keeps_clear_of_kernelbench_and_its_modules_pass_the
     """`kz compose`'s default: no module near-duplicates a KernelBench level 1 or 2 problem (kzcore.decontam's
     rule, checked again over the whole output), every API still covered; a sample of the modules passes the
     evaluator's problem check in a sandboxed worker too, not only in this process."""
-    from pathlib import Path
 
     from kzcore import decontam
     from kzcore.evaluate.problem_check import check_problems
     from kzcore.types import EvalConfig
 
-    kernelbench = str(Path(__file__).resolve().parent.parent / "bench" / "data" / "kernelbench")
-    heldout = [p for level in (1, 2) for p in load_problems(f"kernelbench:{level}", kernelbench=kernelbench)]
+    heldout = [p for level in (1, 2) for p in load_problems(f"kernelbench:{level}")]  # kz_suites' copy
     result = compose(CATALOG, heldout=heldout)
     assert result.coverage_table(CATALOG)["covered"] == 117 and len(result.modules) == 351
     assert result.decontaminated == result.failures[DECONTAM] > 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kz_suites import BUILTIN_SUITE
+from kz_suites import BUILTIN_SUITE, KERNELBENCH_COPY
 from kzcore import decontam
 from kzcore.decontam import (
     SAME_OPS_SIMILARITY,
@@ -25,9 +25,6 @@ from kzcore.decontam import (
 from kzcore.problems import load_problem_file
 from kzcore.types import Problem
 from tests.test_cli_subprocess import error_line, kz
-
-ROOT = Path(__file__).resolve().parent.parent
-VENDORED = ROOT / "bench" / "data" / "kernelbench"
 
 SIGMOID = '''"""Sigmoid activation over a large 2-D tensor."""
 
@@ -157,7 +154,7 @@ def test_the_same_ops_written_differently_are_flagged_by_the_lower_threshold():
     """Built-in 17_CrossEntropyLoss (nn.CrossEntropyLoss built in __init__) against KernelBench's
     95_CrossEntropyLoss (F.cross_entropy in forward): one op, similarity below SIMILARITY."""
     ours = load_problem_file(BUILTIN_SUITE / "level1" / "17_CrossEntropyLoss.py", suite="builtin")
-    theirs = load_problem_file(VENDORED / "KernelBench" / "level1" / "95_CrossEntropyLoss.py", level=1, suite="kb")
+    theirs = load_problem_file(KERNELBENCH_COPY / "level1" / "95_CrossEntropyLoss.py", level=1, suite="kb")
     (pair,) = decontaminate([ours], [theirs]).pairs
     assert pair.same_ops and SAME_OPS_SIMILARITY <= pair.similarity < SIMILARITY and pair.rule == "same-ops"
 
@@ -256,7 +253,7 @@ def test_kz_decontam_on_two_temporary_suites(tmp_path):
 def test_kz_decontam_builtin_against_kernelbench_level1():
     """The vendored KernelBench level 1 against the built-in suite: the activations and matmuls the suite
     copies are contaminated, problems it has nothing like stay clean."""
-    proc = kz("decontam", "--train", "builtin", "--heldout", "kernelbench:1", "--kernelbench", str(VENDORED))
+    proc = kz("decontam", "--train", "builtin", "--heldout", "kernelbench:1")  # kz_suites' copy: no checkout
     assert proc.returncode == 0, proc.stderr
     counts = proc.stdout.splitlines()[0]
     assert counts.startswith("held-out problems: 100, contaminated: ")

@@ -7,11 +7,11 @@ rounding noise, on which no honest kernel could pass. In-process, no workers."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
+from kz_suites import KERNELBENCH_COPY
 from kzcore import hookimpl
 from kzcore.builtins.outputs import compare
 from kzcore.evaluate import sizes
@@ -20,7 +20,7 @@ from kzcore.evaluate.problem_check import check_problem_job
 from kzcore.problems import import_module_from_file
 from kzcore.types import EvalConfig, OutputCheck, Problem, ProblemCheckJob
 
-KERNELBENCH = Path(__file__).resolve().parents[1] / "bench/data/kernelbench/KernelBench"
+KERNELBENCH = KERNELBENCH_COPY
 KB_SOFTMAX = KERNELBENCH / "level1/23_Softmax.py"
 
 

@@ -1,5 +1,5 @@
-"""KernelBench's own problem files (tests/data/kernelbench, unmodified: no KZ_SIZES): loading them by name,
-the size profiles derived for them (small on a CPU, a second shape everywhere), and the evaluator on the
+"""KernelBench's own problem files (tests/data/kernelbench, unmodified: no KZ_SIZES): loading them by name
+(from a checkout, from kz_suites' vendored copy, from the dataset), the size profiles derived for them (small on a CPU, a second shape everywhere), and the evaluator on the
 degenerate ones, where a kernel that writes zeros or a constant must never count as correct."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from kz_suites import KERNELBENCH_COPY
 from kzcore.cli import main
 from kzcore.errors import ProblemFormatError
 from kzcore.evaluate import sizes
 from kzcore.evaluate.runner import evaluate
 from kzcore.metrics import summarize
+from kzcore.plugins import new_plugin_manager, set_plugin_manager
 from kzcore.problems import import_module_from_file, load_problems
 from kzcore.types import Candidate, EvalConfig, Status
 from tests.test_cli_subprocess import error_line, kz
@@ -28,8 +30,14 @@ CONFIG = EvalConfig(device="cpu", trials=2, timeout_s=120)
 
 
 @pytest.fixture
-def no_datasets(monkeypatch):
+def without_kz_suites(monkeypatch):
+    """No checkout and a plugin manager without kz_suites: nothing registers the suite ``kernelbench``."""
     monkeypatch.delenv("KZ_KERNELBENCH", raising=False)
+    set_plugin_manager(new_plugin_manager(load_entry_points=False))
+
+
+@pytest.fixture
+def no_datasets(without_kz_suites, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
 
 
@@ -38,7 +46,8 @@ def no_datasets(monkeypatch):
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_kernelbench_levels_from_a_checkout(monkeypatch):
+def test_kernelbench_levels_from_a_checkout(monkeypatch, tmp_path):
+    """A checkout wins over kz_suites' copy (registered on this test's plugin manager): a user's newer one."""
     monkeypatch.setenv("KZ_KERNELBENCH", str(CHECKOUT))  # the repository root: KernelBench/levelN inside
     problems = load_problems("kernelbench:1")
     assert [p.name for p in problems] == ["19_ReLU", "23_Softmax", "90_cumprod"]
@@ -50,6 +59,24 @@ def test_kernelbench_levels_from_a_checkout(monkeypatch):
         "level3/1_MLP",
     ]
     assert len(load_problems("kernelbench")) == 6
+    monkeypatch.setenv("KZ_KERNELBENCH", str(tmp_path / "no-such-dir"))
+    assert len(load_problems("kernelbench:1", kernelbench=str(CHECKOUT))) == 3  # --kernelbench over the variable
+    with pytest.raises(ProblemFormatError, match="no such directory"):  # a wrong variable: no silent fallback
+        load_problems("kernelbench:1")
+
+
+def test_kernelbench_without_a_checkout_is_the_vendored_copy(monkeypatch):
+    """kz_suites registers its copy of levels 1 and 2 as the suite ``kernelbench``: the default checkout."""
+    monkeypatch.delenv("KZ_KERNELBENCH", raising=False)
+    level1 = load_problems("kernelbench:1")
+    assert len(level1) == 100 and {p.level for p in level1} == {1} and {p.suite for p in level1} == {"kernelbench"}
+    assert {Path(p.path).parent for p in level1} == {KERNELBENCH_COPY / "level1"}
+    assert (level1[0].name, level1[-1].name) == ("1_Square_matrix_multiplication_", "100_HingeLoss")
+    both = load_problems("kernelbench")  # no levels: the two the copy holds, not a missing level 3
+    assert len(both) == 200 and [p.level for p in both] == [1] * 100 + [2] * 100
+    with pytest.raises(ProblemFormatError, match=r"has no level3/"):
+        load_problems("kernelbench:3")
+    assert (KERNELBENCH_COPY.parent / "LICENSE").read_text().startswith("MIT License")
 
 
 def test_kernelbench_rejects_levels_it_does_not_have(monkeypatch):
@@ -67,8 +94,7 @@ def test_missing_checkout_is_a_one_line_error_naming_the_variable(no_datasets, c
     assert len(err.splitlines()) == 1 and "/no/such/dir" in err and "no such directory" in err
 
 
-def test_offline_dataset_fetch_fails_with_a_one_line_error(monkeypatch, capsys):
-    monkeypatch.delenv("KZ_KERNELBENCH", raising=False)
+def test_offline_dataset_fetch_fails_with_a_one_line_error(without_kz_suites, monkeypatch, capsys):
     fake = types.ModuleType("datasets")
 
     def load_dataset(name):
@@ -83,19 +109,32 @@ def test_offline_dataset_fetch_fails_with_a_one_line_error(monkeypatch, capsys):
 
 NO_CHECKOUT = (
     "kz: error: kernelbench: no local checkout "
-    "(set KZ_KERNELBENCH=/path/to/KernelBench (a checkout) or pass --kernelbench PATH)"
+    "(set KZ_KERNELBENCH=/path/to/KernelBench (a checkout), pass --kernelbench PATH "
+    "or install kz_suites (plugins/suites: a copy of levels 1 and 2))"
 )
 
 
+def test_kz_without_a_checkout_reads_the_vendored_copy():
+    """`kz` as a user runs it on a fresh clone: no checkout, installed plugins (kz_suites among them) loaded;
+    KZ_* variables are not passed on (the kz helper)."""
+    proc = kz("suite", "show", "kernelbench:1")
+    assert proc.returncode == 0, proc.stderr
+    assert "1_Square_matrix_multiplication_" in proc.stdout and "100_HingeLoss" in proc.stdout
+    listed = kz("suite", "list")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [line for line in listed.stdout.splitlines() if " kernelbench " in line]
+    assert "level1: 100, level2: 100" in row
+
+
 def test_kz_without_a_checkout_or_the_datasets_package(tmp_path):
-    """`kz` as a user runs it: no checkout, and `import datasets` fails (a package of that name that raises,
-    first on the path); KZ_* variables are not passed on (the kz helper)."""
+    """`kz` without kz_suites (disabled) and without a checkout, and `import datasets` fails (a package of that
+    name that raises, first on the path)."""
     blocker = tmp_path / "blocked" / "datasets"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text('raise ImportError("datasets is blocked for this test")\n')
     out = tmp_path / "r.jsonl"
     args = ["eval", "--problems", "kernelbench:1", "--solutions", str(tmp_path), "--out", str(out)]
-    proc = kz(*args, PYTHONPATH=str(blocker.parent))
+    proc = kz(*args, PYTHONPATH=str(blocker.parent), KZ_DISABLE_PLUGINS="suites")
     assert proc.returncode == 1
     assert error_line(proc) == (
         f"{NO_CHECKOUT}; the `datasets` package that would fetch ScalingIntelligence/KernelBench is not installed"
@@ -110,9 +149,10 @@ def test_kz_without_a_checkout_or_the_datasets_package(tmp_path):
 
 
 def test_kz_without_a_checkout_offline(tmp_path):
-    """The datasets package is there but the hub cannot be reached (offline, nothing cached)."""
+    """Without kz_suites: the datasets package is there but the hub cannot be reached (offline, nothing cached)."""
     pytest.importorskip("datasets")
     offline = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    offline["KZ_DISABLE_PLUGINS"] = "suites"
     proc = kz("suite", "show", "kernelbench:1", **offline)
     assert proc.returncode == 1
     line = error_line(proc)
@@ -125,6 +165,9 @@ def test_kz_on_a_level_kernelbench_does_not_have(tmp_path):
         proc = kz("suite", "show", "kernelbench:2,4", *extra)
         assert proc.returncode == 1
         assert error_line(proc) == "kz: error: suite 'kernelbench' has no level 4; its levels: 1, 2, 3"
+    proc = kz("suite", "show", "kernelbench:3")  # KernelBench has a level 3, kz_suites' copy does not
+    assert proc.returncode == 1
+    assert error_line(proc) == f"kz: error: KernelBench checkout '{KERNELBENCH_COPY}' has no level3/"
     partial = tmp_path / "kb"  # a checkout holding level 1 only
     shutil.copytree(LEVEL1, partial / "level1")
     proc = kz("eval", "--problems", "kernelbench:2", "--kernelbench", str(partial), "--solutions", str(tmp_path))
@@ -132,9 +175,8 @@ def test_kz_on_a_level_kernelbench_does_not_have(tmp_path):
     assert error_line(proc) == f"kz: error: KernelBench checkout '{partial}' has no level2/"
 
 
-def test_dataset_rows_become_problems(monkeypatch):
+def test_dataset_rows_become_problems(without_kz_suites, monkeypatch):
     """The `datasets` path, with the hub's split/column layout (level_N; code, name, problem_id)."""
-    monkeypatch.delenv("KZ_KERNELBENCH", raising=False)
     fake = types.ModuleType("datasets")
     code = (LEVEL1 / "23_Softmax.py").read_text()
     fake.load_dataset = lambda name: {"level_1": [{"code": code, "name": "23_Softmax", "problem_id": 23}]}

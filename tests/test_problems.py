@@ -161,7 +161,9 @@ def test_bad_jsonl_line(tmp_path):
 
 
 def test_unknown_suite():
-    with pytest.raises(ProblemFormatError, match=r"'nosuch' is neither a path nor a suite \(suites: builtin\)"):
+    with pytest.raises(
+        ProblemFormatError, match=r"'nosuch' is neither a path nor a suite \(suites: builtin, kernelbench\)"
+    ):
         load_problems("nosuch")
     with pytest.raises(ProblemFormatError, match="levels must be integers"):
         load_problems("builtin:one")

@@ -62,7 +62,7 @@ def _configure(parser) -> None:
     parser.add_argument("--worst", type=int, default=WORST_PAIRS, metavar="N", help="near-duplicate pairs to print")
     parser.add_argument(
         "--kernelbench", default=None, metavar="PATH",
-        help="KernelBench checkout for kernelbench[:levels] specs (default: $KZ_KERNELBENCH)",
+        help="KernelBench checkout for kernelbench[:levels] specs (default: $KZ_KERNELBENCH, else kz_suites' copy)",
     )  # fmt: skip
 
 

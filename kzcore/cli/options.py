@@ -9,7 +9,10 @@ from pathlib import Path
 from kzcore.errors import KzError
 
 DEFAULT_POLICY = "smollm2"
-KERNELBENCH_HELP = "KernelBench checkout for --problems kernelbench[:levels] (default: $KZ_KERNELBENCH)"
+KERNELBENCH_HELP = (
+    "KernelBench checkout for --problems kernelbench[:levels] "
+    "(default: $KZ_KERNELBENCH, else the registered suite kernelbench: kz_suites' copy of levels 1 and 2)"
+)
 INCLUDE_DEGENERATE_HELP = "count problems that failed the problem check (degenerate outputs) in the scores"
 
 
@@ -147,7 +150,7 @@ def _load_problems(spec: str, kernelbench: str | None = None):
         name, levels = parse_suite_spec(spec)
         if levels and (name in suites().items or name == KERNELBENCH):
             # KernelBench's levels are known without a checkout: the error comes before asking for one
-            have = set(KERNELBENCH_LEVELS) if name not in suites().items else {p.level for p in load_problems(name)}
+            have = set(KERNELBENCH_LEVELS) if name == KERNELBENCH else {p.level for p in load_problems(name)}
             if missing := sorted(levels - have):
                 raise KzError(
                     f"suite {name!r} has no level {', '.join(map(str, missing))}; "

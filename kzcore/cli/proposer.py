@@ -10,8 +10,6 @@ from kzcore.cli.options import DEFAULT_POLICY, _add_eval_args, _config_from, _lo
 from kzcore.errors import KzError
 from kzcore.types import Command
 
-KERNELBENCH_DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "kernelbench"
-
 
 def _cmd_propose(args) -> int:
     import functools
@@ -47,18 +45,13 @@ def _cmd_propose(args) -> int:
 
 
 def _cmd_compose(args) -> int:
-    import os
-
     from kzcore.jsonl import write_text_atomic
-    from kzcore.problems import KERNELBENCH_ENV
     from kzcore.proposer.catalog import load_catalog
     from kzcore.proposer.composer import compose
 
     catalog = load_catalog(*args.catalog)
     apis = [a.strip() for a in args.apis.split(",") if a.strip()] if args.apis else None
-    shipped = str(KERNELBENCH_DATA) if KERNELBENCH_DATA.is_dir() else None  # this checkout's copy
-    kernelbench = args.kernelbench or os.environ.get(KERNELBENCH_ENV) or shipped
-    heldout = [p for spec in args.heldout for p in _load_problems(spec, kernelbench)]
+    heldout = [p for spec in args.heldout for p in _load_problems(spec, args.kernelbench)]
     result = compose(catalog, per_api=args.per_api, seed=args.seed, apis=apis, heldout=heldout)
     out = Path(args.out)
     write_text_atomic(out, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
@@ -174,7 +167,7 @@ def _configure_compose(parser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--kernelbench", default=None, metavar="PATH",
-        help="KernelBench checkout for kernelbench specs (default: $KZ_KERNELBENCH, else bench/data/kernelbench)",
+        help="KernelBench checkout for kernelbench specs (default: $KZ_KERNELBENCH, else kz_suites' copy)",
     )  # fmt: skip
     parser.add_argument("--sft", default=None, metavar="FILE.jsonl", help="also write the Proposer cold-start SFT rows")
 

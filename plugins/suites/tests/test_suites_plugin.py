@@ -30,6 +30,8 @@ def test_plugin_is_installed():
     registry = suites(pm)
     assert registry.owners["builtin"] == "kz_suites"
     assert Path(registry.get("builtin")) == plugin.BUILTIN_SUITE
+    assert registry.owners["kernelbench"] == "kz_suites"
+    assert Path(registry.get("kernelbench")) == plugin.KERNELBENCH_COPY
     assert "kz_suites" in plugin_specs(pm)  # workers rebuild the suite from this spec
 
 
@@ -41,6 +43,20 @@ def test_the_installed_plugin_ships_the_problems_and_solutions():
     level1 = [p for p in problems if p.level == 1]
     assert len(load_solutions("builtin", level1, "triton", pm=pm)) == 27
     assert load_solutions("builtin", level1, "cuda", pm=pm)
+
+
+def test_the_vendored_kernelbench_files_are_unchanged():
+    """Every file of the KernelBench copy matches its MANIFEST.sha256 (its README says where they came from)."""
+    import hashlib
+
+    from kz_suites import KERNELBENCH_COPY
+
+    folder = KERNELBENCH_COPY.parent
+    manifest = [line.split(maxsplit=1) for line in (folder / "MANIFEST.sha256").read_text().splitlines()]
+    assert len(manifest) == 200
+    changed = [name for digest, name in manifest if hashlib.sha256((folder / name).read_bytes()).hexdigest() != digest]
+    assert not changed
+    assert sorted(str(p.relative_to(folder)) for p in KERNELBENCH_COPY.rglob("*.py")) == sorted(n for _, n in manifest)
 
 
 def test_without_the_plugin_builtin_is_not_a_suite(tmp_path, monkeypatch):
