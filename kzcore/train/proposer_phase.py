@@ -216,7 +216,8 @@ def run_proposer_phase(
     rows = read_jsonl(log_path)
     metrics["accepted"] = sum(r["accepted"] for r in rows)
     metrics["proposed"] = sum(sum(r["failures"].values()) + r["accepted"] for r in rows)
-    metrics.update(phase_diversity(rows, problems.pool_path).to_metrics())
+    if all("accepted_ids" in r for r in rows):  # a log whose rows do not name their modules: diversity unknown
+        metrics.update(phase_diversity(rows, problems.pool_path).to_metrics())
     if unseen != 1.0:
         metrics["known_apis"] = len(known)
     metrics["coder_tasks_weighting"] = len(coder_tasks)  # Coder tasks (not pool modules) in the API draw's history
