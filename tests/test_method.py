@@ -176,9 +176,8 @@ def test_coder_pass_rates_go_back_to_the_pool_and_the_api_weights(plugins, tmp_p
     trainer = make_trainer(tmp_path, tiny, plugins("kz_triton"))
     append_records(trainer.problems.pool_path, [record(0, 1, passed=2, apis=("Tanh",)), record(1, 1, passed=2)])
     before = api_weights(load_catalog(), read_pool(trainer.problems.pool_path))
-    tally = tmp_path / "pass_rates.json"
     # the Coder phase of round 1 saw t0 fail 8 of 8 and t1 pass 8 of 8; a built-in task 3 of 4
-    tally.write_text(json.dumps({"1/proposed_t0": [0, 8], "1/proposed_t1": [8, 8], "1/3_Sigmoid": [3, 4]}))
+    tally = {"1/proposed_t0": [0, 8], "1/proposed_t1": [8, 8], "1/3_Sigmoid": [3, 4]}
     assert trainer.problems.record_pass_rates(Phase("coder", 2, 1), tally) == 3
     pool = {r.id: r for r in read_pool(trainer.problems.pool_path)}
     assert pool["t0"].latest_pass_rate == 0.0 and pool["t1"].latest_pass_rate == 1.0

@@ -10,6 +10,7 @@ import signal
 import sys
 import sysconfig
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from kzcore.executors.sandbox import _libc
@@ -37,11 +38,8 @@ def _parents() -> dict[int, int]:
     out = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    out[int(entry.name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
+            with suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/stat", "rb") as f:  # gone
+                out[int(entry.name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
     return out
 
 
@@ -62,10 +60,8 @@ def descendants(pid: int) -> list[int]:
 
 def _signal_all(pids, sig) -> None:
     for p in pids:
-        try:
+        with suppress(OSError):  # already gone
             os.kill(p, sig)
-        except OSError:
-            pass
 
 
 def freeze_and_kill(pids: list[int], root: int | None = None) -> list[int]:
@@ -256,16 +252,12 @@ class CleanSlate:
         except OSError:  # our own descriptor was closed
             log_gone = True
         if log_gone:
-            try:
+            with suppress(OSError):
                 os.close(self.log_fd)
-            except OSError:
-                pass
             self._open_log()
-        try:
+        with suppress(OSError):
             if os.fstat(self.log_fd).st_size > self.log_limit:
                 os.ftruncate(self.log_fd, 0)
-        except OSError:
-            pass
         for fd in (1, 2):
             os.dup2(self.log_fd, fd)
         for name, original in (("stdout", self.stdout), ("stderr", self.stderr)):
@@ -279,9 +271,7 @@ class CleanSlate:
         for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
             signal.setitimer(which, 0)
         for s, handler in self.handlers.items():
-            try:
+            with suppress(ValueError, OSError):
                 if signal.getsignal(s) != handler:
                     signal.signal(s, handler)
-            except (ValueError, OSError):
-                pass
         signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)

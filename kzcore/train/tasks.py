@@ -258,12 +258,12 @@ class RunProblems:
         rows = ({"round": round, "task": task, "passed": passed, "k": k} for task, (passed, k) in tally.items())
         append_jsonl(self.context.run_dir / TASK_RATES, rows)
 
-    def record_pass_rates(self, phase: Phase, tally_path: Path) -> int:
-        """The Coder phase's verdicts per task (no extra sampling) as the tasks' round-``phase.round`` pass
-        rates: into the task pool for the Proposer's tasks, and into RUN/task_rates.jsonl for all."""
+    def record_pass_rates(self, phase: Phase, tally: dict[str, list[int]]) -> int:
+        """The Coder phase's verdicts per task (``tally``: "level/name" -> [passed, k], from the phase's
+        pass_rates.json; no extra sampling) as the tasks' round-``phase.round`` pass rates: into the task pool
+        for the Proposer's tasks, and into RUN/task_rates.jsonl for all. Returns how many tasks it filed."""
         from kzcore.proposer.pool import record_pass_rates
 
-        tally = json.loads(tally_path.read_text()) if tally_path.exists() else {}
         if not tally:
             return 0
         self.append_task_rates(phase.round, tally)

@@ -161,8 +161,8 @@ class Trainer:
             metrics["pool_near_heldout"] = len(self.problems.pool_near_heldout(self.problems.accepted_pool()))
         metrics.update(calibration)
         tally_path = phase_dir / "model" / "pass_rates.json"
-        metrics["tasks_measured"] = self.problems.record_pass_rates(phase, tally_path)
         tally = json.loads(tally_path.read_text()) if tally_path.exists() else {}
+        metrics["tasks_measured"] = self.problems.record_pass_rates(phase, tally)
         metrics.update(proposer_task_metrics(sources, tally))
         return metrics
 
