@@ -53,6 +53,8 @@ def sample_candidates(
                             "policy": getattr(policy, "name", type(policy).__name__), "template": template,
                             "prompt_sha": prompt_sha(chat),
                         }  # fmt: skip
+                        if c.token_ids is not None:  # generated tokens, for the cost of a sampling run
+                            row["tokens"] = len(c.token_ids)
                         f.write(json.dumps(row) + "\n")
                 f.flush()
                 if on_batch:

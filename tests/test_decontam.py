@@ -390,3 +390,53 @@ def test_the_plan_shows_the_counts(plugins, tmp_path):
     off = training_plan(attrs.evolve(config, heldout=attrs.evolve(config.heldout, decontaminate="off")), 1, pm=pm)
     assert off["decontaminate"] == {"mode": "off"}
     assert not any(line.startswith("decontamination") for line in format_plan(off))
+
+
+class InProcessChecks:
+    """Runs the real problem check (kzcore.evaluate.problem_check) in this process, for the trainer's held-out
+    check: what a worker pool would do with each job, without starting one."""
+
+    device = "cpu"
+
+    def __init__(self, workdir):
+        self.workdir, self.jobs = workdir, 0
+
+    def map(self, jobs):
+        from kzcore.evaluate.problem_check import check_problem_job
+
+        for job in jobs:
+            self.jobs += 1
+            yield check_problem_job(job, self.workdir, "cpu")[0]
+
+
+ZEROS = SIGMOID.replace("return torch.sigmoid(x)", "return torch.zeros_like(x)")
+
+
+def test_held_out_problems_the_problem_check_flags_are_left_out_before_sampling_and_recorded(tmp_path):
+    """A held-out problem whose output is all zeros (any kernel writing zeros would pass it) is left out of the
+    problems a checkpoint is scored on, before any sampling; RUN/heldout-problems.json names it with the
+    reason, and a resumed run reads the set back instead of checking again."""
+    from kzcore.train.context import RunContext
+    from kzcore.train.tasks import HELDOUT_CHECK, RunProblems
+
+    assert ZEROS != SIGMOID
+    config = trainer_config(tmp_path, "off")
+    config = attrs.evolve(config, eval=attrs.evolve(config.eval, device="cpu"))
+    pool, lines = InProcessChecks(tmp_path), []
+    context = RunContext(config, log=lines.append, executor=pool)
+    context.run_dir.mkdir(parents=True)
+    heldout = [problem("1_Sigmoid", SIGMOID), problem("2_Zeros", ZEROS)]
+    problems = RunProblems(context, heldout, coldstart=[])
+    assert [p.name for p in problems.scored_heldout()] == ["1_Sigmoid"]
+    record = json.loads((context.run_dir / HELDOUT_CHECK).read_text())
+    assert record["problems"] == ["t:level1/1_Sigmoid", "t:level1/2_Zeros"] and record["problem_check"] is True
+    assert list(record["flagged"]) == ["t:level1/2_Zeros"] and "zeros" in record["flagged"]["t:level1/2_Zeros"]
+    assert len(lines) == 1 and lines[0].startswith("held-out: 1 of 2 problems fail the problem check")
+    checked = pool.jobs
+    again = RunProblems(RunContext(config, log=lines.append, executor=pool), heldout, coldstart=[])
+    assert [p.name for p in again.scored_heldout()] == ["1_Sigmoid"] and pool.jobs == checked  # read back
+
+    off = attrs.evolve(config, eval=attrs.evolve(config.eval, problem_check=False))
+    every = RunProblems(RunContext(off, log=lines.append, executor=pool), heldout, coldstart=[])
+    assert [p.name for p in every.scored_heldout()] == ["1_Sigmoid", "2_Zeros"] and pool.jobs == checked
+    assert json.loads((context.run_dir / HELDOUT_CHECK).read_text())["flagged"] == {}

@@ -94,3 +94,27 @@ def test_kz_propose_files_every_module_and_pool_stats_reports(plugins, tmp_path,
     out = capsys.readouterr().out
     assert "3 modules, 0 accepted" in out and "no pass-rate histogram" in out
     assert main(["pool", "stats", str(tmp_path / "missing.jsonl")]) == 1
+
+
+def test_the_cost_of_a_held_out_evaluation_counts_only_what_was_sampled_now(tmp_path):
+    """A resumed evaluation reuses the completions an earlier run left: their tokens are not this call's, so
+    tokens/s reads the rows sampled now over the sampling time; nothing sampled gives no rate, not 0."""
+    import json
+
+    from kzcore.train.scoring import sampling_cost
+
+    path = tmp_path / "completions-triton.jsonl"
+    rows = [
+        {"problem": "1_A", "level": 1, "language": "triton", "sample": 0, "completion": "x", "tokens": 100},
+        {"problem": "2_B", "level": 1, "language": "triton", "sample": 0, "completion": "y", "tokens": 30},
+        {"problem": "2_B", "level": 1, "language": "triton", "sample": 1, "completion": "z", "tokens": 10},
+        {"problem": "2_B", "level": 1, "language": "cuda", "sample": 0, "completion": "w", "tokens": 999},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cost = sampling_cost(path, "triton", {(1, "1_A")}, {"sampling_s": 2.0, "evaluating_s": 1.5}, results=3)
+    assert cost == {
+        "sampled_completions": 2, "generated_tokens": 40, "sampling_s": 2.0, "tokens_per_s": 20.0,
+        "evaluating_s": 1.5, "results": 3,
+    }  # fmt: skip
+    reused = sampling_cost(path, "triton", {(1, "1_A"), (1, "2_B")}, {"sampling_s": 0.0, "evaluating_s": 0.2}, 3)
+    assert reused["sampled_completions"] == 0 and reused["tokens_per_s"] is None

@@ -119,6 +119,11 @@ def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
     heldout = [json.loads(x) for x in (run / "heldout.jsonl").read_text().splitlines()]
     assert [h["phase"] for h in heldout] == ["00-base", "00-sft", "01-coder"]  # base, after SFT, after RL
     assert "base_heldout_pass@1" in state["metrics"]["00-sft"] and "heldout_pass@2" in state["metrics"]["00-sft"]
+    assert (coder["heldout_problems"], coder["heldout_flagged"]) == (1, 0)  # the problem check kept 1_ReLU
+    # the cost of each held-out evaluation: 2 completions sampled now, their tokens, the wall times
+    assert coder["heldout_triton_sampled_completions"] == 2 and coder["heldout_triton_generated_tokens"] > 0
+    assert coder["heldout_triton_tokens_per_s"] > 0 and coder["heldout_triton_evaluating_s"] >= 0
+    assert json.loads((run / "heldout-problems.json").read_text())["problems"] == ["builtin:level1/1_ReLU"]
     assert (run / "curves.png").stat().st_size > 0
     # held-out ReLU never reached distillation or the Coder's tasks
     sft_rows = [json.loads(x) for x in (run / "phases" / "00-distill" / "sft.jsonl").read_text().splitlines()]

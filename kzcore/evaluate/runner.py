@@ -92,13 +92,21 @@ def map_prepared(pool, jobs: list[EvalJob], pm=None):
 
 
 def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
-    """(level, name) → why results on that problem should not count, for every problem that fails the
-    problem check (run once per problem through ``pool``, cached on disk; `problem_check.checked_problems`)."""
-    if not config.problem_check or not jobs:
+    """(level, name) → why results on that problem should not count, for every problem of ``jobs`` that fails
+    the problem check (`flagged_problems`)."""
+    if not jobs:
+        return {}
+    return flagged_problems(list({(j.problem.level, j.problem.name): j.problem for j in jobs}.values()), config, pool)
+
+
+def flagged_problems(problems: list[Problem], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
+    """(level, name) → why results on that problem should not count, for every one of ``problems`` that fails
+    the problem check (run once per problem through ``pool``, cached on disk; `problem_check.checked_problems`);
+    none when ``config.problem_check`` is off."""
+    if not config.problem_check or not problems:
         return {}
     from kzcore.evaluate.problem_check import checked_problems, degenerate_reason
 
-    problems = list({(j.problem.level, j.problem.name): j.problem for j in jobs}.values())
     device = getattr(pool, "device", None) or config.device
     reports = checked_problems(problems, config, pool, device)
     return {(p.level, p.name): degenerate_reason(reports[p.key]) for p in problems if degenerate_reason(reports[p.key])}

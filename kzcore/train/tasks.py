@@ -14,7 +14,7 @@ import attrs
 
 from kzcore.decontam import Report, decontaminate, label
 from kzcore.errors import KzError
-from kzcore.jsonl import append_jsonl, read_jsonl
+from kzcore.jsonl import append_jsonl, read_jsonl, write_text_atomic
 from kzcore.problems import load_problems
 from kzcore.rewards import frontier_reward
 from kzcore.train.config import COLDSTART_TASKS, TrainConfig
@@ -25,6 +25,7 @@ from kzcore.types import Phase, Problem
 TASK_RATES = "task_rates.jsonl"
 TASK_POOL = "pool.jsonl"  # RUN/pool.jsonl: every module the Proposer phases proposed, with its verdicts
 DECONTAMINATION = "decontamination.json"  # RUN/decontamination.json: [heldout] decontaminate's report
+HELDOUT_CHECK = "heldout-problems.json"  # RUN/heldout-problems.json: the held-out problems the problem check kept
 
 
 def heldout_problems(config: TrainConfig, pm) -> list[Problem]:
@@ -91,6 +92,7 @@ class RunProblems:
     decontam: Report | None = None
     _tasks: list[Problem] | None = attrs.field(default=None, init=False)
     _pool_near: dict[str, bool] = attrs.field(factory=dict, init=False)  # pool module -> near a held-out one
+    _scored: list[Problem] | None = attrs.field(default=None, init=False)
 
     @classmethod
     def select(cls, context: RunContext) -> RunProblems:
@@ -107,6 +109,35 @@ class RunProblems:
                 problems.near = {(p.level, p.name) for p in problems.decontam.near_train}
                 problems.coldstart = [p for p in coldstart if (p.level, p.name) not in problems.near]
         return problems
+
+    def scored_heldout(self) -> list[Problem]:
+        """The held-out problems a checkpoint is scored on: those the evaluator's problem check does not flag (a
+        problem whose trivial output passes its own check, or whose reference is random or non-finite, cannot
+        tell a kernel from no kernel; `kz eval` leaves such problems out of its scores too, here they are not
+        even sampled). Checked once per run through the run's executor (and the on-disk check cache) before
+        the first held-out sampling; the kept and flagged problems go into RUN/heldout-problems.json, which a
+        resumed run reads back so that every phase is scored on the same set. All of them when ``[eval]
+        problem_check`` is off."""
+        if self._scored is not None:
+            return self._scored
+        path = self.context.run_dir / HELDOUT_CHECK
+        names = sorted(label(p) for p in self.heldout)
+        config = self.context.config.eval
+        record = json.loads(path.read_text()) if path.exists() else None
+        if not record or record.get("problems") != names or record.get("problem_check") != config.problem_check:
+            from kzcore.evaluate.runner import flagged_problems
+
+            flags = flagged_problems(self.heldout, config, self.context.executor) if self.heldout else {}
+            flagged = {label(p): flags[(p.level, p.name)] for p in self.heldout if (p.level, p.name) in flags}
+            record = {"problem_check": config.problem_check, "problems": names, "flagged": flagged}
+            write_text_atomic(path, json.dumps(record, indent=1))
+            if flagged:
+                self.context.log(
+                    f"held-out: {len(flagged)} of {len(names)} problems fail the problem check and are left out "
+                    f"({', '.join(sorted(flagged)[:6])}{', …' if len(flagged) > 6 else ''}; reasons in {path})"
+                )
+        self._scored = [p for p in self.heldout if label(p) not in record["flagged"]]
+        return self._scored
 
     def training_problems(self) -> list[Problem]:
         """What ``[heldout] decontaminate`` compares with the held-out problems (`training_problems`)."""

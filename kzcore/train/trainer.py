@@ -35,7 +35,7 @@ from kzcore.train.distill import distill
 from kzcore.train.schedule import phase_id, run_schedule
 from kzcore.train.scoring import calibrate_tasks, score_problems
 from kzcore.train.sft import run_sft
-from kzcore.train.tasks import RunProblems, proposer_task_metrics
+from kzcore.train.tasks import HELDOUT_CHECK, RunProblems, proposer_task_metrics
 from kzcore.types import Phase
 
 
@@ -184,16 +184,20 @@ class Trainer:
         the first language, keys ``probe_...``. With ``[heldout] decontaminate``, the same samples scored on the
         clean held-out problems alone too (``heldout_{language}_clean_pass@k``; ``heldout_clean_pass@k`` for the
         first language)."""
-        heldout = self.problems.heldout
-        if not heldout:
+        if not self.problems.heldout:
             return {}
+        heldout = self.problems.scored_heldout()
         cfg = self.config.heldout
         run_dir = self.context.run_dir
         out = run_dir / "heldout" / phase_id(phase)
         languages = list(self.config.plugins.languages)
-        metrics: dict = {}
+        metrics: dict = {"heldout_problems": len(heldout), "heldout_flagged": len(self.problems.heldout) - len(heldout)}
+        if not heldout:
+            self.log(f"held-out: every problem fails the problem check, nothing scored (see {run_dir / HELDOUT_CHECK})")
+            return metrics
         decontam = self.problems.decontam
-        clean = decontam.clean if decontam is not None else None
+        kept = {(p.level, p.name) for p in heldout}
+        clean = [p for p in decontam.clean if (p.level, p.name) in kept] if decontam is not None else None
         policy = self.context.policy_for(checkpoint)
         try:
             for language in languages:
