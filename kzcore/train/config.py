@@ -207,6 +207,15 @@ class HeldoutSection:
     # held-out evaluation also scores the clean subset (heldout_clean_pass@k); "drop-train": the same, and the
     # training problems that near-duplicate a held-out problem are left out of training
     decontaminate: typing.Literal["off", "report", "drop-train"] = "off"
+    # which phases score the held-out problems: "every" (the base model, SFT and every Coder phase) or "ends" (the
+    # base model, SFT and the schedule's last Coder phase: a large held-out suite is read once per configuration,
+    # and the phases between get the validation and probe curves only)
+    phases: typing.Literal["every", "ends"] = "every"
+    # this many of the cold start's problems, drawn once with a fixed seed (the same in every run of a config),
+    # are kept out of distillation (their variants too), SFT and the Coder's tasks, and scored at every held-out
+    # evaluation in the first language (validation_* metrics): the split to choose settings on, so that the
+    # held-out suite is not tuned on; 0: none
+    validation: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
 
 CoderMethod = typing.Literal["ca-grpo", "sft", "rft"]

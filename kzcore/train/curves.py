@@ -49,18 +49,25 @@ def curves_figure(run_dir: Path):
     axes[0].set_title("training (per phase)")
     if axes[0].lines:
         axes[0].legend(fontsize=8)
-    keys = sorted({k for h in heldout for k in h if k.startswith("heldout_pass@") and "_l" not in k})
+    keys = sorted({k for h in heldout for k in h if is_curve_key(k)})
     for j, key in enumerate(keys):  # markers and offsets keep overlapping lines distinguishable
-        ys = [h.get(key) for h in heldout]
-        axes[1].plot(range(len(heldout)), ys, marker="os^Dv"[j % 5], ms=7 - j, label=key.removeprefix("heldout_"))
+        pts = [(i, h[key]) for i, h in enumerate(heldout) if h.get(key) is not None]  # "ends": some phases unscored
+        axes[1].plot(*zip(*pts), marker="os^Dv"[j % 5], ms=7 - j, label=key.removeprefix("heldout_"))
     axes[1].set_xticks(range(len(heldout)), [h["phase"] for h in heldout], rotation=30, ha="right")
     axes[1].set_ylim(-0.05, 1.05)
-    axes[1].set_title("held-out (after phase)")
+    axes[1].set_title("held-out and validation (after phase)")
     if heldout and keys:
         axes[1].legend(fontsize=8)
     plot_verdicts(axes[2], heldout)
     fig.tight_layout()
     return fig
+
+
+def is_curve_key(key: str) -> bool:
+    """The overall pass@k lines of the second panel: held-out (first language) and validation."""
+    if "_l" in key.split("_pass@")[0].removeprefix("validation"):  # per-level figures stay in the records
+        return False
+    return key.startswith("heldout_pass@") or (key.startswith("validation_") and "_pass@" in key)
 
 
 def plot_verdicts(ax, heldout: list[dict]) -> None:

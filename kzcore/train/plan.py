@@ -145,6 +145,8 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
             "k": [k for k in config.heldout.k if k <= config.heldout.n],
             "base": config.heldout.base,
             "probe": config.heldout.probe,
+            "phases": config.heldout.phases,
+            "validation": config.heldout.validation,
         },
         "decontaminate": _decontamination(config, pm),
         "proposer_cold_start_steps": config.proposer.cold_start_steps,
@@ -269,7 +271,8 @@ def format_plan(plan: dict) -> list[str]:
     lines.append(
         f"held-out: n = {h['n']}, pass@k for k in {h['k']}, after "
         + ("the base model, " if h["base"] else "")
-        + "SFT and every Coder phase"
+        + ("SFT and every Coder phase" if h["phases"] == "every" else "SFT and the last Coder phase")
+        + (f"; {h['validation']} cold-start problems kept out of training (validation)" if h["validation"] else "")
         + (f"; with {h['probe']} fixed training problems (the probe)" if h["probe"] else "")
     )
     d = plan["decontaminate"]

@@ -36,6 +36,19 @@ def heldout_problems(config: TrainConfig, pm) -> list[Problem]:
     return heldout
 
 
+def validation_problems(coldstart: list[Problem], count: int) -> list[Problem]:
+    """``[heldout] validation``: ``count`` of the cold start's problems drawn with a fixed seed (the same in every
+    run of a config, whatever its seed), in (level, name) order."""
+    if not count:
+        return []
+    if count >= len(coldstart):
+        raise KzError(
+            f"[heldout] validation = {count} would leave no cold-start problem to train on ({len(coldstart)} there)"
+        )
+    chosen = random.Random(0).sample(sorted(coldstart, key=lambda p: (p.level, p.name)), count)
+    return sorted(chosen, key=lambda p: (p.level, p.name))
+
+
 def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: list[Problem], pm) -> list[Problem]:
     """What ``[heldout] decontaminate`` compares with the held-out problems before the run: the cold start's
     problems ``coldstart``, the ``[problems] tasks`` problems (unless "coldstart": those are cold-start problems)
@@ -82,7 +95,8 @@ def round_share(count: int, share: float) -> int:
 class RunProblems:
     """The problems of the run ``context`` describes. ``held``: the (level, name) keys never trained on (the
     held-out ones, with ``exclude_heldout``); ``near``: those left out as near-duplicates of a held-out problem
-    (``[heldout] decontaminate = "drop-train"``); ``decontam``: the report, unless the mode is "off"."""
+    (``[heldout] decontaminate = "drop-train"``); ``decontam``: the report, unless the mode is "off";
+    ``validation``: the ``[heldout] validation`` problems, kept out of training like the held-out ones."""
 
     context: RunContext
     heldout: list[Problem]
@@ -90,6 +104,7 @@ class RunProblems:
     held: set[tuple[int, str]] = attrs.Factory(set)
     near: set[tuple[int, str]] = attrs.Factory(set)
     decontam: Report | None = None
+    validation: list[Problem] = attrs.Factory(list)
     _tasks: list[Problem] | None = attrs.field(default=None, init=False)
     _pool_near: dict[str, bool] = attrs.field(factory=dict, init=False)  # pool module -> near a held-out one
     _scored: list[Problem] | None = attrs.field(default=None, init=False)
@@ -102,7 +117,10 @@ class RunProblems:
         heldout = heldout_problems(config, pm)
         held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
         coldstart = [p for p in load_problems(config.problems.coldstart, pm=pm) if (p.level, p.name) not in held]
-        problems = cls(context, heldout, coldstart, held)
+        validation = validation_problems(coldstart, config.heldout.validation)
+        kept_out = {(p.level, p.name) for p in validation}
+        coldstart = [p for p in coldstart if (p.level, p.name) not in kept_out]
+        problems = cls(context, heldout, coldstart, held, validation=validation)
         if config.heldout.decontaminate != "off" and heldout:
             problems.decontam = decontaminate(problems.training_problems(), heldout)
             if config.heldout.decontaminate == "drop-train":
@@ -139,6 +157,16 @@ class RunProblems:
         self._scored = [p for p in self.heldout if label(p) not in record["flagged"]]
         return self._scored
 
+    @property
+    def kept_out(self) -> set[tuple[int, str]]:
+        """The (level, name) keys never trained on: held-out, their near-duplicates (drop-train), validation."""
+        return self.held | self.near | {(p.level, p.name) for p in self.validation}
+
+    @property
+    def never_distilled(self) -> list[str]:
+        """The problem names whose distillation variants are left out too (held-out and validation ones)."""
+        return [p.name for p in self.heldout] + [p.name for p in self.validation]
+
     def training_problems(self) -> list[Problem]:
         """What ``[heldout] decontaminate`` compares with the held-out problems (`training_problems`)."""
         return training_problems(self.context.config, self.coldstart, self.heldout, self.context.pm)
@@ -153,7 +181,7 @@ class RunProblems:
         if self._tasks is None:
             spec = self.context.config.problems.tasks
             problems = self._coldstart_tasks() if spec == COLDSTART_TASKS else load_problems(spec, pm=self.context.pm)
-            self._tasks = [p for p in problems if (p.level, p.name) not in self.held | self.near]
+            self._tasks = [p for p in problems if (p.level, p.name) not in self.kept_out]
         return self._tasks
 
     @tasks.setter
@@ -180,7 +208,7 @@ class RunProblems:
         variants) once it has run, ``[problems] coldstart`` before."""
         verified = self.context.distill_dir / PROBLEMS_FILE
         problems = load_problems(str(verified), pm=self.context.pm) if verified.exists() else self.coldstart
-        return [p for p in problems if (p.level, p.name) not in self.held | self.near]
+        return [p for p in problems if (p.level, p.name) not in self.kept_out]
 
     def proposer_cold_start_problems(self) -> list[Problem]:
         """The modules the Proposer's cold start shows it: the cold start's problems, and ``[proposer]

@@ -67,7 +67,7 @@ class Trainer:
                 self.problems.coldstart, list(self.config.plugins.languages), phase_dir, eval_config, teacher=teacher,
                 solutions=arg if kind == "solutions" else None, k=cfg.k, only_faster=cfg.only_faster,
                 template=self.config.prompts.coder_template, executor=self.context.executor,
-                variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=[p.name for p in self.problems.heldout],
+                variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=self.problems.never_distilled,
                 keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
                 drop_variants={name for _, name in self.problems.near},
             )  # fmt: skip
@@ -177,20 +177,51 @@ class Trainer:
 
     # -- held-out evaluation ----------------------------------------------------------------------
     def evaluate_heldout(self, phase: Phase, checkpoint: Path) -> dict:
-        """pass@k / fast_1 of the checkpoint on the held-out problems, for every configured language, per
-        level and overall, with the verdict mix; appended to RUN/heldout.jsonl and plotted to RUN/curves.png.
-        pass@k is reported for each configured k <= n. ``heldout_pass@k`` (no language) is the first
-        language's overall figure. With ``[heldout] probe``, the same for that many fixed training problems in
-        the first language, keys ``probe_...``. With ``[heldout] decontaminate``, the same samples scored on the
-        clean held-out problems alone too (``heldout_{language}_clean_pass@k``; ``heldout_clean_pass@k`` for the
-        first language)."""
-        if not self.problems.heldout:
+        """pass@k / fast_1 of the checkpoint on the held-out problems (those the problem check keeps:
+        `RunProblems.scored_heldout`), for every configured language, per level and overall, with the verdict
+        mix and the evaluation's cost; appended to RUN/heldout.jsonl and plotted to RUN/curves.png. pass@k is
+        reported for each configured k <= n. ``heldout_pass@k`` (no language) is the first language's overall
+        figure. With ``[heldout] decontaminate``, the same samples scored on the clean held-out problems alone
+        too (``heldout_{language}_clean_pass@k``; ``heldout_clean_pass@k`` for the first language). With
+        ``[heldout] phases = "ends"`` the held-out problems are scored only for the base model, after SFT and
+        after the last Coder phase. At every evaluation, in the first language: ``[heldout] validation``
+        problems (keys ``validation_...``) and ``[heldout] probe`` training problems (keys ``probe_...``)."""
+        full = self.problems.heldout and self.scores_heldout(phase)
+        extra = [(name, problems) for name, problems in self.side_sets() if problems]
+        if not full and not extra:
             return {}
-        heldout = self.problems.scored_heldout()
-        cfg = self.config.heldout
         run_dir = self.context.run_dir
         out = run_dir / "heldout" / phase_id(phase)
         languages = list(self.config.plugins.languages)
+        metrics: dict = {}
+        policy = self.context.policy_for(checkpoint)
+        try:
+            if full:
+                metrics.update(self.score_heldout(policy, phase, out, languages))
+            for name, problems in extra:
+                where = f"{name} {phase_id(phase)}"
+                metrics.update(score_problems(self.context, policy, problems, languages[0], out, where, name))
+        finally:
+            policy.close()
+        row = {"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}
+        append_jsonl(run_dir / HELDOUT_LOG, [row])
+        plot_curves(run_dir)
+        return metrics
+
+    def scores_heldout(self, phase: Phase) -> bool:
+        """Whether ``phase`` scores the held-out problems (``[heldout] phases``)."""
+        if self.config.heldout.phases == "every" or phase.role in ("base", "sft"):
+            return True
+        coders = [p for p in self.config.schedule.phases() if p.role == "coder"]
+        return bool(coders) and phase_id(phase) == phase_id(coders[-1])
+
+    def side_sets(self) -> list[tuple[str, list]]:
+        """The problem sets scored at every held-out evaluation beside the held-out ones: validation, probe."""
+        return [("validation", self.problems.validation), ("probe", self.problems.probe_problems())]
+
+    def score_heldout(self, policy, phase: Phase, out: Path, languages: list[str]) -> dict:
+        cfg, run_dir = self.config.heldout, self.context.run_dir
+        heldout = self.problems.scored_heldout()
         metrics: dict = {"heldout_problems": len(heldout), "heldout_flagged": len(self.problems.heldout) - len(heldout)}
         if not heldout:
             self.log(f"held-out: every problem fails the problem check, nothing scored (see {run_dir / HELDOUT_CHECK})")
@@ -198,27 +229,16 @@ class Trainer:
         decontam = self.problems.decontam
         kept = {(p.level, p.name) for p in heldout}
         clean = [p for p in decontam.clean if (p.level, p.name) in kept] if decontam is not None else None
-        policy = self.context.policy_for(checkpoint)
-        try:
-            for language in languages:
-                where = f"held-out {phase_id(phase)}"
-                scored = score_problems(self.context, policy, heldout, language, out, where, "heldout", clean=clean)
-                metrics.update(scored)
-                if language == languages[0]:
-                    for k in (k for k in cfg.k if k <= cfg.n):
-                        metrics[f"heldout_pass@{k}"] = scored[f"heldout_{language}_pass@{k}"]
-                        metrics[f"heldout_fast_1@{k}"] = scored[f"heldout_{language}_fast_1@{k}"]
-                        if clean is not None:
-                            metrics[f"heldout_clean_pass@{k}"] = scored[f"heldout_{language}_clean_pass@{k}"]
-            probe = self.problems.probe_problems()
-            if probe:
-                where = f"training probe {phase_id(phase)}"
-                metrics.update(score_problems(self.context, policy, probe, languages[0], out, where, "probe"))
-        finally:
-            policy.close()
-        row = {"phase": phase_id(phase), "round": phase.round, "time": time.time(), **metrics}
-        append_jsonl(run_dir / HELDOUT_LOG, [row])
-        plot_curves(run_dir)
+        for language in languages:
+            where = f"held-out {phase_id(phase)}"
+            scored = score_problems(self.context, policy, heldout, language, out, where, "heldout", clean=clean)
+            metrics.update(scored)
+            if language == languages[0]:
+                for k in (k for k in cfg.k if k <= cfg.n):
+                    metrics[f"heldout_pass@{k}"] = scored[f"heldout_{language}_pass@{k}"]
+                    metrics[f"heldout_fast_1@{k}"] = scored[f"heldout_{language}_fast_1@{k}"]
+                    if clean is not None:
+                        metrics[f"heldout_clean_pass@{k}"] = scored[f"heldout_{language}_clean_pass@{k}"]
         return metrics
 
     # -- driver -----------------------------------------------------------------------------------
