@@ -10,9 +10,9 @@ host compiler), then again from the warm cache, and the prebuild of all of them 
 the ratio of the cold build to the NVRTC median of the same problem. That needs a CUDA build of torch and nvcc;
 elsewhere the report says why it was not timed.
 
-    python bench/cuda_compile.py --out bench/results/<date>-cpu-cuda-compile.json
-    python bench/cuda_compile.py --inline --out bench/results/<date>-h200-cuda-compile.json
-    python bench/cuda_compile.py --inline --e2e ...   # + end-to-end evaluations of both dialects (GPU)
+    python -m bench run cuda_compile --out bench/results/<date>-cpu-cuda-compile.json
+    python -m bench run cuda_compile --inline --out bench/results/<date>-h200-cuda-compile.json
+    python -m bench run cuda_compile --inline --e2e ...   # + end-to-end evaluations of both dialects (GPU)
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def time_e2e(out: dict | None = None) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--arch", default=None, help="default: this GPU's own, else sm_90")
@@ -184,7 +184,7 @@ def main() -> int:
     parser.add_argument("--inline", action="store_true", help="also time cuda-inline (load_inline) builds")
     parser.add_argument("--inline-repeats", type=int, default=1, help="cold builds per cuda-inline solution")
     parser.add_argument("--e2e", action="store_true", help="also time end-to-end evaluations of both dialects (GPU)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     state: dict = {"per_solution": {}}
     try:

@@ -4,8 +4,8 @@ crashes, good kernels misfiled, and what got past the sandbox (connections a loc
 this process received, `sleep` processes left running). Targets: 0 lost, 0 harness crashes, 0 good kernels
 misfiled, nothing past the sandbox.
 
-    python bench/faults.py --n 200 --out bench/results/faults.json     (CPU: Triton interpreter, small sizes)
-    python bench/faults.py --n 200 --device cuda                       (adds the GPU-only faults)
+    python -m bench run faults --n 200 --out bench/results/faults.json     (CPU: Triton interpreter, small sizes)
+    python -m bench run faults --n 200 --device cuda                       (adds the GPU-only faults)
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def sleepers() -> set[int]:
     return found
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
@@ -170,7 +170,7 @@ def main() -> int:
         "--max-seconds", type=float, default=0.0,
         help="stop taking results after this long (0: never); the report then counts what ran and what did not",
     )  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with listening_server() as (port, received), contextlib.ExitStack() as stack:
         signals: list[int] = []
         previous = signal.signal(signal.SIGUSR1, lambda *_: signals.append(1))

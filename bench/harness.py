@@ -4,9 +4,9 @@ Prints one JSON object (and writes it to --out): per-candidate end-to-end latenc
 evaluations per minute, and each problem's verdict and speedup. Triton's cache starts empty, so every
 candidate pays its own kernel compilation, as a new RL rollout would.
 
-    python bench/harness.py --levels 1,2 --out bench/results/harness.json
-    python bench/harness.py --levels 1,2 --scaling --repeat 3 --out scaling.json   # 1 GPU vs all GPUs, batch
-    python bench/harness.py --levels 1,2 --scaling --window 45 --out scaling.json  # ... saturated
+    python -m bench run harness --levels 1,2 --out bench/results/harness.json
+    python -m bench run harness --levels 1,2 --scaling --repeat 3 --out scaling.json   # 1 GPU vs all GPUs, batch
+    python -m bench run harness --levels 1,2 --scaling --window 45 --out scaling.json  # ... saturated
 Targets (one H200, level 1): median end-to-end <= 1.0 s per candidate, >= 100 evaluations/min; all GPUs
 (two) >= 1.8x the throughput of one.
 """
@@ -210,7 +210,7 @@ def throughput_report(state: dict, partial: bool) -> dict:
             "throughput": state.get("throughput")}  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--levels", default="1,2")
     parser.add_argument("--device", default="auto")
@@ -229,7 +229,7 @@ def main() -> int:
     parser.add_argument("--latency-only", action="store_true", help="skip the throughput pass")
     parser.add_argument("--scaling", action="store_true", help="throughput on 1 GPU vs all GPUs (subprocesses)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.scaling:
         return scaling(args)
 

@@ -24,7 +24,7 @@ each sample's time, flush time and moment go in the report. ``idle-start`` has n
 1 s, then samples run back to back for 1.5 s, judged against the last 0.5 s (does a timing that starts on an
 idle GPU, its clocks down, read slow at first? the evaluator's first placements did, with one worker too).
 
-    python bench/interference_probe.py --problem 8_MeanReduction --set batch_size=4096,dim=8192 --out i.json
+    python -m bench run interference_probe --problem 8_MeanReduction --set batch_size=4096,dim=8192 --out i.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

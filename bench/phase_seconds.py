@@ -2,9 +2,9 @@
 so that the next slowdown shows as a number beside the last one. CPU seconds count the trainer's process and its
 children (the evaluator's workers included), as `kz train` records them in RUN/state.json.
 
-    python bench/phase_seconds.py                                 # the demo's run directory as it is (runs/smoke)
-    python bench/phase_seconds.py --run --out bench/results/DATE-cpu-phase-seconds.json   # run the demo afresh first
-    python bench/phase_seconds.py --config configs/gpu-small.toml --run-dir runs/gpu-small
+    python -m bench run phase_seconds                # the demo's run directory as it is (runs/smoke)
+    python -m bench run phase_seconds --run --out bench/results/DATE-cpu-phase-seconds.json   # the demo afresh first
+    python -m bench run phase_seconds --config configs/gpu-small.toml --run-dir runs/gpu-small
 
 With ``--run`` the demo runs into a new temporary directory (``--run-dir`` to choose it) and is timed whole.
 """
@@ -66,13 +66,13 @@ def versions() -> dict[str, str]:
     return found
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEMO), help="trainer config (default: the demo's)")
     parser.add_argument("--run-dir", default=None, help="the run directory (default: the config's [run] dir)")
     parser.add_argument("--run", action="store_true", help="run `kz train` first, into a new run directory")
     parser.add_argument("--out", default=None, help="also write the report here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from bench.report import write_json_atomic
     from kzcore.train.config import load_config

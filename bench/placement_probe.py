@@ -26,7 +26,7 @@ On an H200 22_MatVec's candidate reads either ~0.490 or ~0.554 ms from one alloc
 processes and within one, while its cuBLAS reference stays within 0.1 %. This probe tells the evaluator's
 timer which placements are cheap to sample (views into one buffer cost no second copy).
 
-    python bench/placement_probe.py --problem 22_MatVec --out probe.json
+    python -m bench run placement_probe --problem 22_MatVec --out probe.json
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Where evaluation time goes: merge the per-job cProfiles a pool wrote with KZ_WORKER_PROFILE=DIR and print
 the functions with the most cumulative and own time (per job, averaged over the jobs merged).
 
-    KZ_WORKER_PROFILE=/tmp/prof python bench/harness.py --levels 1 --out h.json
-    python bench/profile_report.py /tmp/prof --top 40 [--match Softmax]
+    KZ_WORKER_PROFILE=/tmp/prof python -m bench run harness --levels 1 --out h.json
+    python -m bench run profile_report /tmp/prof --top 40 [--match Softmax]
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("directory")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--match", default="", help="only the jobs whose file name contains this")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     files = sorted(p for p in Path(args.directory).glob("*.pstats") if args.match in p.name)
     if not files:
         print(f"no .pstats files in {args.directory} matching {args.match!r}", file=sys.stderr)

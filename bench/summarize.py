@@ -1,7 +1,7 @@
 """Print a short summary of a bench JSON file: its scalar fields and summary dicts, then one line per result.
 
-python bench/summarize.py bench/results/2026-11-29-h200-harness-l1-final.json
-python bench/summarize.py --stages harness.json   # one line per result: status, e2e and stages >= 10 ms
+python -m bench summarize bench/results/2026-11-29-h200-harness-l1-final.json
+python -m bench summarize --stages harness.json   # one line per result: status, e2e and stages >= 10 ms
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         return 0
     names = [a for a in argv if a != "--brief"]
     if not names:
-        print("usage: python bench/summarize.py [--brief] FILE.json [...]", file=sys.stderr)
+        print("usage: python -m bench summarize [--brief] FILE.json [...]", file=sys.stderr)
         return 2
     for name in names:
         try:

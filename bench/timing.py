@@ -11,8 +11,8 @@ prints a compact summary.
                   forced re-verification (its latency)
   defence_costs   each repeat problem once with input variation, second shape and re-verification off
 
-    python bench/timing.py --out bench/results/timing.json            (GPU)
-    python bench/timing.py --device cpu --out /tmp/timing.json        (smoke run: Triton interpreter, small
+    python -m bench run timing --out bench/results/timing.json        (GPU)
+    python -m bench run timing --device cpu --out /tmp/timing.json    (smoke run: Triton interpreter, small
                                                                        sizes, a wall-clock timer; no figure
                                                                        from it is a performance figure)
 
@@ -305,7 +305,7 @@ def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--problems", default=None, help=f"for repeat (default {REPEAT_PROBLEMS})")
@@ -355,7 +355,7 @@ def main() -> int:
         metavar="FILE",
         help="judge a recorded --ground-truth report again by this version's rules (nothing is measured)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.rederive:
         return rederive_main(args.rederive, args.out)
     if args.device == "auto":

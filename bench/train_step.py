@@ -4,8 +4,8 @@ A model built from a config (random weights: no download) is trained for a few C
 level-1 tasks; the evaluator pool scores the completions. Generation is timed by wrapping the model's
 ``generate``, evaluation inside the reward function; update = step time - generation - evaluation.
 
-    python bench/train_step.py --model tiny --steps 3 --out bench/results/train-step-cpu.json      (CPU)
-    python bench/train_step.py --model smollm2-config --steps 5 --out $OUT/train-step.json          (GPU)
+    python -m bench run train_step --model tiny --steps 3 --out bench/results/train-step-cpu.json      (CPU)
+    python -m bench run train_step --model smollm2-config --steps 5 --out $OUT/train-step.json          (GPU)
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def build_model(kind: str, path: Path) -> Path:
     return Path(kind)  # a checkpoint directory
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny", help="tiny | smollm2-config | a checkpoint directory")
     parser.add_argument("--steps", type=int, default=3)
@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--max-completion-length", type=int, default=128)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 

@@ -5,8 +5,8 @@ Arguments are typed by name: ``*_ptr`` are fp32 pointers, the names given with `
 constexprs, every other argument an i32 (or fp32 with ``--float NAME``). Each file is compiled in a fresh
 process-local cache, ``--repeats`` times.
 
-    python bench/triton_compile.py FILE.py KERNEL --const KS=3 --const BLOCK_P=32 [FILE.py KERNEL ...]
-    python bench/triton_compile.py --conv-solutions --out bench/results/<date>-cpu-triton-compile.json
+    python -m bench run triton_compile FILE.py KERNEL --const KS=3 --const BLOCK_P=32 [FILE.py KERNEL ...]
+    python -m bench run triton_compile --conv-solutions --out bench/results/<date>-cpu-triton-compile.json
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def compile_once(path: Path, kernel: str, consts: dict, floats: set, capability:
     return {"seconds": seconds, "ptx_lines": compiled.asm["ptx"].count("\n")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("items", nargs="*", help="FILE KERNEL pairs")
     parser.add_argument("--const", action="append", default=[], help="NAME=INT constexpr")
@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--capability", type=int, default=90, help="90: sm_90 (H100/H200)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "0"
     if len(args.items) % 2:
         parser.error("give FILE KERNEL pairs")
