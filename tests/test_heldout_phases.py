@@ -80,3 +80,20 @@ def test_a_phase_between_the_ends_samples_only_the_validation_problems(tmp_path,
     assert metrics == {"validation_triton_pass@1": 0.5}
     row = json.loads((run.context.run_dir / "heldout.jsonl").read_text())
     assert row["phase"] == "01-coder" and "heldout_pass@1" not in row
+
+
+def test_a_fork_scores_the_same_held_out_problems_as_its_source(tmp_path):
+    """fork_run.py copies RUN/heldout-problems.json: a control forked after SFT reads back the source's kept
+    set instead of checking again, so every arm is scored on the same problems."""
+    import json
+
+    from experiments.learning_signal.fork_run import fork
+
+    src = tmp_path / "src"
+    for sub in ("00-distill", "00-sft/model"):
+        (src / "phases" / sub).mkdir(parents=True)
+    (src / "state.json").write_text(json.dumps({"done": ["00-distill", "00-sft"], "metrics": {"00-distill": {}, "00-sft": {}}}))  # fmt: skip
+    record = {"problem_check": True, "problems": ["kernelbench:level1/23_Softmax"], "flagged": {}}
+    (src / "heldout-problems.json").write_text(json.dumps(record))
+    fork(src, tmp_path / "arm")
+    assert json.loads((tmp_path / "arm" / "heldout-problems.json").read_text()) == record

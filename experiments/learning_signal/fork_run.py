@@ -15,6 +15,7 @@ from pathlib import Path
 
 PHASES = {"distill": ("00-distill",), "sft": ("00-distill", "00-sft")}
 HELDOUT = {"00-distill": (), "00-sft": ("00-base", "00-sft")}
+RUN_RECORDS = ("heldout-problems.json", "decontamination.json")
 
 
 def fork(src: Path, dst: Path, after: str = "sft") -> None:
@@ -39,6 +40,9 @@ def fork(src: Path, dst: Path, after: str = "sft") -> None:
         rows = [json.loads(x) for x in (src / "heldout.jsonl").read_text().splitlines() if x.strip()]
         kept = [r for r in rows if r["phase"] in heldout]
         (dst / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    for name in RUN_RECORDS:  # the held-out problems the problem check kept, decontamination: the same set
+        if (src / name).exists():
+            shutil.copy2(src / name, dst / name)
     forked = {"done": list(cold), "metrics": {p: state["metrics"][p] for p in cold}, "forked_from": str(src)}
     (dst / "state.json").write_text(json.dumps(forked, indent=2))
 
