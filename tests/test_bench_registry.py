@@ -163,3 +163,16 @@ def test_gpu_check_runs_every_bench_through_the_entry_point(bench):
     called = set(re.findall(r"\$py -m bench run ([a-z_]+)", text))
     assert called and called <= set(registry.BY_NAME)
     assert "$py -m bench summarize --brief" in text
+
+
+def test_benches_import_their_siblings_through_the_package():
+    """A bare ``from schedule import ...`` works only when bench/ itself is on sys.path (``python bench/X.py``),
+    not under ``python -m bench``; imports inside functions count too."""
+    siblings = {p.stem for p in BENCH_DIR.glob("*.py")}
+    bare = []
+    for path in sorted(BENCH_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bare += [f"{path.name}:{node.lineno} {n}" for n in names if n and n.split(".")[0] in siblings]
+    assert bare == []
