@@ -47,8 +47,8 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
     The figures go into ``out`` (returned) level by level, ``on_level()`` called after each; a level cut short
     (SIGTERM, Ctrl-C, an error) is filed with the results it had and ``"cut_short": true``."""
     import attrs
-    from bench.schedule import FifoQueue
 
+    from bench.schedule import FifoQueue
     from kzcore.executors.local import LocalPool
     from kzcore.plugins import plugin_specs
     from kzcore.types import EvalConfig, EvalJob

@@ -210,8 +210,9 @@ def probe(args, state: dict) -> None:
     filled into ``state`` as they are measured, the report so far written to ``--out`` after each activity and
     each timeline (a kill that no handler sees still leaves it). Helper processes end however it ends."""
     import torch
-    from bench.placement_probe import _load
     from triton.testing import do_bench
+
+    from bench.placement_probe import _load
 
     def checkpoint() -> None:
         if args.out:

@@ -56,6 +56,7 @@ BENCHES = (
     Bench("profile_report", "cpu", "merge the per-job cProfiles of KZ_WORKER_PROFILE=DIR and print the top functions"),
     Bench("sampling", "cpu", "the hf policy's sampling speed (tokens/s) at several batch sizes"),
     Bench("schedule", "cpu", "one batch dispatched first-in-first-out vs longest expected first: wall time and drain"),
+    Bench("throughput", "gpu", "one batch of 72 short kernels through 1 and through N workers per GPU: the speedup"),
     Bench("timing", "gpu", "timing fidelity of the evaluator and its defences' cost (--ground-truth: vs do_bench)"),
     Bench("train_step", "cpu", "seconds per Coder GRPO step (generation, evaluation, update), rollouts per minute"),
     Bench("triton_compile", "cpu", "Triton compile time of kernels for a chosen GPU architecture (no GPU needed)"),
