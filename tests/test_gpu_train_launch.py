@@ -1,0 +1,83 @@
+"""scripts/gpu-train's launcher (the part that runs in the background on the GPU machine), with a stand-in python
+whose `-m kzcore.cli train` finishes a run's phases at once: the main job stops after SFT, each KZ_FORKS config
+is forked from its cold start and trained, then the main job resumes. No GPU, no training."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE_TRAIN = r"""
+import json, sys
+from pathlib import Path
+from kzcore.train.config import load_config
+
+args = sys.argv[1:]
+config = load_config(args[args.index("--config") + 1])
+until = args[args.index("--until") + 1] if "--until" in args else None
+run = Path(config.run.dir)
+state_path = run / "state.json"
+state = json.loads(state_path.read_text()) if state_path.exists() else {"done": [], "metrics": {}}
+for phase in ("00-distill", "00-sft", "01-coder"):
+    if phase not in state["done"]:
+        (run / "phases" / phase / "model").mkdir(parents=True, exist_ok=True)
+        state["done"].append(phase)
+        state["metrics"][phase] = {"method": config.coder.method}
+    if phase == until:
+        break
+state_path.parent.mkdir(parents=True, exist_ok=True)
+state_path.write_text(json.dumps(state))
+"""
+
+STAND_IN = """#!/usr/bin/env bash
+echo "$*" >> "$KZ_TEST_CALLS"
+if [ "$1" = "-m" ] && [ "$2" = "kzcore.cli" ] && [ "$3" = "train" ]; then
+  shift 3
+  exec "$KZ_TEST_PY" "$KZ_TEST_FAKE" "$@"
+fi
+exec "$KZ_TEST_PY" "$@"
+"""
+
+
+def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path):
+    tree = tmp_path / "tree"
+    for sub in ("scripts", "configs", "experiments"):
+        shutil.copytree(ROOT / sub, tree / sub, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    (tmp_path / "fake_train.py").write_text(FAKE_TRAIN)
+    python = tmp_path / "python"
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    kzm = tmp_path / "kzm"
+    kzm.mkdir()
+    configs = "experiments/kernelbench/configs"
+    env = {
+        **os.environ,
+        "PYTHON": str(python), "KZM": str(kzm), "KZ_TEST_CALLS": str(tmp_path / "calls"),
+        "KZ_TEST_PY": sys.executable, "KZ_TEST_FAKE": str(tmp_path / "fake_train.py"),
+        "KZ_MAIN": f"{configs}/kb-seed0.toml", "KZ_SEEDS": "",
+        "KZ_FORKS": f"{configs}/kb-seed0-sft.toml {configs}/kb-seed0-rft.toml",
+        "PYTHONPATH": str(ROOT),
+    }  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/gpu-train", "launch"], cwd=tree, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all runs ended" in proc.stdout
+    exits = (kzm / "exits.log").read_text().split("\n")
+    names = [line.split()[0] for line in exits if line]
+    assert names == ["main", "kb-seed0-sft", "kb-seed0-rft", "main"]  # until SFT, the forks, the main job again
+    assert all(" exit 0 " in line for line in exits if line)
+    for arm, method in (("kb-seed0", "ca-grpo"), ("kb-seed0-sft", "sft"), ("kb-seed0-rft", "rft")):
+        state = json.loads((tree / "runs" / arm / "state.json").read_text())
+        assert state["done"] == ["00-distill", "00-sft", "01-coder"]
+        assert state["metrics"]["01-coder"]["method"] == method
+    forked = json.loads((tree / "runs" / "kb-seed0-sft" / "state.json").read_text())
+    assert forked["forked_from"] == "runs/kb-seed0"
+    calls = (tmp_path / "calls").read_text()
+    assert "--until 00-sft" in calls and "gpu-small" not in calls  # no seed fork of the default experiment
