@@ -1,0 +1,217 @@
+"""The KernelBench held-out report: one row per trained model (arm, seed, phase), level and language, recomputed
+from each run's per-sample verdicts (RUN/heldout/PHASE/results-LANGUAGE.jsonl), with 95 % intervals, and the
+paired differences that say whether CA-GRPO beats its controls.
+
+    python experiments/kernelbench/report.py --out experiments/kernelbench/results/DATE-MACHINE \\
+        ca-grpo-s0=runs/kb-seed0 sft-s0=runs/kb-seed0-sft rft-s0=runs/kb-seed0-rft ...
+
+What it computes, per model and (level, language), over the problems the run's problem check kept
+(RUN/heldout-problems.json) and, again, over the clean ones (no near-duplicate in the training data:
+RUN/decontamination.json): pass@1 and pass@n (unbiased, n samples a problem), fast_1 (correct and faster than
+PyTorch beyond the pair's measured noise: kzcore.metrics.is_faster), each with a percentile bootstrap interval
+over problems (resampled with a fixed seed). Per seed, the difference of each arm's final model from the SFT
+model it started from and from the other arms, paired by problem, with its bootstrap interval; across seeds,
+the mean difference with a t interval over the seeds (each trained model counts once, not its samples).
+Writes OUT.json and OUT.md (the headline table first)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kzcore.metrics import is_faster, pass_at_k  # noqa: E402
+from kzcore.results import read_results  # noqa: E402
+
+RESAMPLES = 2000
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # df -> t
+
+
+def parse_label(label: str) -> tuple[int, str]:
+    """``suite:levelN/name`` (or ``levelN/name``) -> (N, name)."""
+    key = label.split(":", 1)[-1]
+    level, name = key.split("/", 1)
+    return int(level.removeprefix("level")), name
+
+
+def scored_phases(run: Path) -> list[str]:
+    """The phases of ``run`` whose held-out rows scored the held-out problems, in order."""
+    path = run / "heldout.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return [r["phase"] for r in rows if any(k.startswith("heldout_") and k.endswith("_statuses") for k in r)]
+
+
+def problem_sets(run: Path) -> tuple[set, set | None]:
+    """(kept, clean): the (level, name) keys the problem check kept and, when decontamination ran, the clean ones."""
+    record = json.loads((run / "heldout-problems.json").read_text())
+    kept = {parse_label(p) for p in record["problems"] if p not in record["flagged"]}
+    path = run / "decontamination.json"
+    clean = {parse_label(p) for p in json.loads(path.read_text())["clean"]} & kept if path.exists() else None
+    return kept, clean
+
+
+def per_problem(results, problems: set, n: int) -> dict[tuple[int, str], dict]:
+    """Each problem's pass@1, pass@n and fast_1 estimates from its samples (a problem with none scores 0)."""
+    by: dict[tuple[int, str], list] = {key: [] for key in problems}
+    for r in results:
+        if (r.level, r.problem) in by:
+            by[(r.level, r.problem)].append(r)
+    out = {}
+    for key, rs in by.items():
+        m = len(rs)
+        c = sum(r.correct for r in rs)
+        f = sum(is_faster(r, 1.0) for r in rs)
+        out[key] = {
+            "samples": m,
+            "pass@1": c / m if m else 0.0,
+            f"pass@{n}": pass_at_k(m, c, n) if m >= n else (1.0 if c else 0.0),
+            "fast_1": f / m if m else 0.0,
+        }
+    return out
+
+
+def bootstrap(values: list[float], seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of the mean of ``values`` over ``RESAMPLES`` resamples."""
+    if not values:
+        return (0.0, 0.0)
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(RESAMPLES))
+    return means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """Mean and 95 % t interval over trained models (seeds); None with fewer than two."""
+    if len(values) < 2:
+        return None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = T95.get(len(values) - 1, 1.96) * sd / len(values) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def score(table: dict, subset: set, metric: str) -> dict:
+    values = [table[key][metric] for key in sorted(subset)]
+    low, high = bootstrap(values)
+    return {"mean": statistics.fmean(values) if values else None, "ci95": [low, high], "problems": len(values)}
+
+
+def model_rows(name: str, run: Path, n: int) -> tuple[list[dict], dict]:
+    """The rows of one run (each scored phase x language x level) and its per-problem tables by (phase, language)."""
+    arm, _, seed = name.rpartition("-s")
+    kept, clean = problem_sets(run)
+    rows, tables = [], {}
+    for phase in scored_phases(run):
+        for path in sorted((run / "heldout" / phase).glob("results-*.jsonl")):
+            language = path.stem.removeprefix("results-")
+            table = per_problem(read_results(path), kept, n)
+            tables[(phase, language)] = table
+            for level in sorted({lvl for lvl, _ in kept}) + ["all"]:
+                chosen = {k for k in kept if level == "all" or k[0] == level}
+                row = {"model": name, "arm": arm, "seed": seed, "phase": phase, "language": language, "level": level}
+                for metric in ("pass@1", f"pass@{n}", "fast_1"):
+                    row[metric] = score(table, chosen, metric)
+                if clean is not None:
+                    row["clean_pass@1"] = score(table, chosen & clean, "pass@1")
+                rows.append(row)
+    return rows, tables
+
+
+def paired(a: dict, b: dict, metric: str = "pass@1") -> dict:
+    """Mean of a - b over the problems both score, paired by problem, with its bootstrap interval."""
+    keys = sorted(set(a) & set(b))
+    diffs = [a[k][metric] - b[k][metric] for k in keys]
+    low, high = bootstrap(diffs)
+    return {"mean": statistics.fmean(diffs) if diffs else None, "ci95": [low, high], "problems": len(keys)}
+
+
+def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
+    """Per seed and language: each arm's final model against its SFT model and against each other arm's final
+    model (paired by problem); across seeds, the mean difference with a t interval."""
+    by_seed: dict[str, dict[str, dict]] = {}
+    for name, (_, tables) in models.items():
+        arm, _, seed = name.rpartition("-s")
+        by_seed.setdefault(seed, {})[arm] = tables
+    out, pooled = [], {}
+    for seed, arms in sorted(by_seed.items()):
+        finals = {arm: max(p for p, _ in t) for arm, t in arms.items() if t}
+        for arm, tables in arms.items():
+            final = finals.get(arm)
+            for (phase, language), table in tables.items():
+                if phase != final:
+                    continue
+                against = {"SFT": tables.get(("00-sft", language))}
+                against.update({other: arms[other].get((finals[other], language)) for other in arms if other != arm})
+                for name, base in against.items():
+                    if base is None or (name == "SFT" and final == "00-sft"):
+                        continue
+                    d = paired(table, base)
+                    out.append({"seed": seed, "language": language, "arm": arm, "vs": name, **d})
+                    pooled.setdefault((language, arm, name), []).append(d["mean"])
+    summary = []
+    for (language, arm, name), means in sorted(pooled.items()):
+        t = t_interval(means)
+        summary.append({"language": language, "arm": arm, "vs": name, "seeds": len(means), "per_seed": means,
+                        "mean": t[0] if t else means[0], "t95": [t[1], t[2]] if t else None})  # fmt: skip
+    return out + [{"across_seeds": s} for s in summary]
+
+
+def fmt(s: dict | None) -> str:
+    if not s or s["mean"] is None:
+        return "–"
+    return f"{s['mean']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
+
+
+def markdown(rows: list[dict], compared: list[dict], n: int) -> str:
+    head = f"| model | phase | level | language | problems | pass@1 [95% CI] | pass@{n} | fast_1 | clean pass@1 |"
+    lines = ["## Held-out: KernelBench", "", head, "|" + " --- |" * 9]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['phase']} | {r['level']} | {r['language']} | {r['pass@1']['problems']} | "
+            f"{fmt(r['pass@1'])} | {fmt(r[f'pass@{n}'])} | {fmt(r['fast_1'])} | {fmt(r.get('clean_pass@1'))} |"
+        )
+    lines += ["", "## Differences in pass@1 (paired by problem)", "", "| seed | language | arm | vs | mean [95% CI] |",
+              "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for c in compared:
+        if "across_seeds" in c:
+            s = c["across_seeds"]
+            ci = f"[{s['t95'][0]:.3f}, {s['t95'][1]:.3f}] (t, {s['seeds']} seeds)" if s["t95"] else "(one seed)"
+            lines.append(f"| all | {s['language']} | {s['arm']} | {s['vs']} | {s['mean']:.3f} {ci} |")
+        else:
+            lines.append(f"| {c['seed']} | {c['language']} | {c['arm']} | {c['vs']} | {fmt(c)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="ARM-sSEED=RUN_DIR (e.g. ca-grpo-s0=runs/kb-seed0)")
+    parser.add_argument("--n", type=int, default=4, help="samples per problem ([heldout] n): pass@n")
+    parser.add_argument("--out", type=Path, required=True, help="OUT.json and OUT.md are written")
+    args = parser.parse_args(argv)
+    models, rows = {}, []
+    for spec in args.runs:
+        name, sep, path = spec.partition("=")
+        if not sep or "-s" not in name:
+            parser.error(f"{spec!r}: expected ARM-sSEED=RUN_DIR")
+        run = Path(path)
+        if not (run / "heldout-problems.json").exists():
+            parser.error(f"{run}: no heldout-problems.json (not a run with held-out scoring)")
+        model_rows_, tables = model_rows(name, run, args.n)
+        models[name] = (run, tables)
+        rows += model_rows_
+    compared = comparisons(models)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"rows": rows, "comparisons": compared}, indent=1))
+    text = markdown(rows, compared, args.n)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
