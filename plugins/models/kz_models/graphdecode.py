@@ -3,7 +3,7 @@
 
 Why: transformers' ``generate`` is host-bound on small models. On an H200, SmolLM2-135M spends ~30 ms of Python per
 decoding step while the GPU idles; the same step replayed as a CUDA graph is a few hundred kernel launches, about a
-millisecond. Generation was three quarters of the GPU time of a GRPO step (docs/results.md).
+millisecond. Generation was three quarters of the GPU time of a GRPO step (experiments/learning_signal/README.md).
 
 The decoder reuses the model's own modules (embedding, norms, projections, MLP, rotary embedding, LM head) and
 replaces only attention, which reads a cache allocated once per call: it follows the weights as they train, and a
