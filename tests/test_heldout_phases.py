@@ -97,3 +97,33 @@ def test_a_fork_scores_the_same_held_out_problems_as_its_source(tmp_path):
     (src / "heldout-problems.json").write_text(json.dumps(record))
     fork(src, tmp_path / "arm")
     assert json.loads((tmp_path / "arm" / "heldout-problems.json").read_text()) == record
+
+
+def test_compose_makes_the_proposer_cold_start_modules_for_the_run_decontaminated_once(tmp_path, monkeypatch):
+    """``[proposer] cold_start_modules = "compose"``: the composer runs once, against the run's held-out
+    problems, into RUN/composed.jsonl with its coverage table; a resumed run reads the file back."""
+    import json
+
+    from kzcore.proposer import composer
+
+    calls = []
+    real = composer.compose
+
+    def compose(catalog, heldout=(), **kw):  # the real composer, on three APIs to keep the test short
+        calls.append(sorted(p.name for p in heldout))
+        return real(catalog, apis=["Exp", "Sqrt", "Sum"], per_api=1, heldout=heldout, **kw)
+
+    monkeypatch.setattr(composer, "compose", compose)
+    run = trainer(tmp_path)
+    config = attrs.evolve(run.config, proposer=attrs.evolve(run.config.proposer, cold_start_modules="compose"))
+    from kzcore.train.trainer import Trainer
+
+    lines = []
+    run = Trainer(config, log=lines.append)
+    modules = [p for p in run.problems.proposer_cold_start_problems() if p.name.startswith("composed_")]
+    assert len(modules) == 3 and calls == [["1_ReLU"]]
+    coverage = json.loads((run.context.run_dir / "composed.coverage.json").read_text())
+    assert coverage["modules"] == 3 and coverage["heldout"] == ["builtin:level1/1_ReLU"]
+    assert lines and lines[0].startswith("Proposer cold start: 3 composed modules")
+    again = Trainer(config, log=lines.append).problems.proposer_cold_start_problems()
+    assert len([p for p in again if p.name.startswith("composed_")]) == 3 and len(calls) == 1  # read back

@@ -113,7 +113,8 @@ class ProposerSection:
     unseen_weight: float = attrs.field(default=1.0)
     # more modules for the Proposer's cold start (a problem spec: `kz compose`'s JSONL of verified modules built
     # from the catalog): added to the cold start's problems in cold_start_steps' SFT rows and in the curriculum's
-    # known APIs; "": none
+    # known APIs; "compose": the composer's modules made when the run starts, decontaminated against its held-out
+    # problems (RUN/composed.jsonl, with its coverage table); "": none
     cold_start_modules: str = ""
     # a departure from the method (docs/proposer.md): false pays every gate failure gate_penalty (the method);
     # true pays by how far the module got (kzcore.proposer.gates.FAILURE_STAGES: no parse < no Model/forward/

@@ -152,9 +152,7 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         "proposer_cold_start_steps": config.proposer.cold_start_steps,
         "proposer_unseen_weight": config.proposer.unseen_weight,
         # the Proposer's cold-start modules beyond the cold start's problems (kz compose), and their count here
-        "proposer_cold_start_modules": (
-            _problems([config.proposer.cold_start_modules], pm) if config.proposer.cold_start_modules else {}
-        ),
+        "proposer_cold_start_modules": _cold_start_modules(config, pm),
         # a departure from the method: gate failures graded by the stage reached ([] = the method's gate_penalty)
         "proposer_graded_gate_reward": list(config.proposer.gate_grades),
         "proposer_gate_penalty": config.proposer.gate_penalty,
@@ -192,6 +190,16 @@ def coder_method(config: TrainConfig, processes: int) -> dict:
             tasks=steps * max(1, coder.batch_size // coder.num_generations), samples_per_task=coder.num_generations
         )
     return out
+
+
+def _cold_start_modules(config: TrainConfig, pm) -> dict:
+    """``[proposer] cold_start_modules``: spec -> count; "compose" is made when the run starts (its count then)."""
+    spec = config.proposer.cold_start_modules
+    if not spec:
+        return {}
+    if spec == "compose":
+        return {"compose": "the composer's modules, made and decontaminated when the run starts (RUN/composed.jsonl)"}
+    return _problems([spec], pm)
 
 
 def _decontamination(config: TrainConfig, pm) -> dict:

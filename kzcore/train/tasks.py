@@ -25,6 +25,8 @@ from kzcore.types import Phase, Problem
 TASK_RATES = "task_rates.jsonl"
 TASK_POOL = "pool.jsonl"  # RUN/pool.jsonl: every module the Proposer phases proposed, with its verdicts
 DECONTAMINATION = "decontamination.json"  # RUN/decontamination.json: [heldout] decontaminate's report
+COMPOSED = "composed.jsonl"  # RUN/composed.jsonl: [proposer] cold_start_modules = "compose"'s modules
+COMPOSE = "compose"
 HELDOUT_CHECK = "heldout-problems.json"  # RUN/heldout-problems.json: the held-out problems the problem check kept
 
 
@@ -212,9 +214,38 @@ class RunProblems:
 
     def proposer_cold_start_problems(self) -> list[Problem]:
         """The modules the Proposer's cold start shows it: the cold start's problems, and ``[proposer]
-        cold_start_modules`` (`kz compose`'s verified modules) when set."""
+        cold_start_modules`` (`kz compose`'s verified modules) when set; ``"compose"``: the composer's modules
+        made for this run (`composed_modules`)."""
         spec = self.context.config.proposer.cold_start_modules
+        if spec == COMPOSE:
+            spec = str(self.composed_modules())
         return self.coldstart_problems() + (load_problems(spec, pm=self.context.pm) if spec else [])
+
+    def composed_modules(self) -> Path:
+        """RUN/composed.jsonl: the composer's verified modules over the whole catalog (kzcore.proposer.composer,
+        as `kz compose` makes them, seed 0), decontaminated against this run's held-out problems by the rule
+        the held-out scores use, with the coverage table (API -> modules) beside it in RUN/composed.coverage.json;
+        made once, read back on resume."""
+        path = self.context.run_dir / COMPOSED
+        if path.exists():
+            return path
+        from kzcore.proposer.catalog import load_catalog
+        from kzcore.proposer.composer import compose
+
+        catalog = load_catalog()
+        result = compose(catalog, heldout=self.heldout)
+        if not result.modules:
+            raise KzError('[proposer] cold_start_modules = "compose": the composer verified no module')
+        table = {"heldout": sorted(label(p) for p in self.heldout), "seed": 0, **result.coverage_table(catalog)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path.with_name(path.stem + ".coverage.json"), json.dumps(table, indent=1) + "\n")
+        write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+        self.context.log(
+            f"Proposer cold start: {table['modules']} composed modules covering {table['covered']} of "
+            f"{table['catalog_apis']} catalog APIs ({result.decontaminated or 0} near a held-out problem left out) "
+            f"-> {path}"
+        )
+        return path
 
     def probe_problems(self) -> list[Problem]:
         """``[heldout] probe`` training problems scored beside the held-out ones: drawn from the ``[problems]
