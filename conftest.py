@@ -1,5 +1,9 @@
 """Test guard: no test sees installed entry-point plugins unless it asks for them. Each test gets a fresh
-plugin manager holding only the core defaults; use the `plugins` fixture to register what it needs."""
+plugin manager holding only the core defaults; use the `plugins` fixture to register what it needs.
+
+Slow tests are marked by what they use: a test that requests one of SLOW_FIXTURES, directly or through another
+fixture (a module's pool fixture that requests `own_workers`), is marked `slow` at collection, so `make test-fast`
+(`-m "not slow"`) leaves it out. Each of those fixtures says in its docstring why it is slow."""
 
 from __future__ import annotations
 
@@ -37,7 +41,24 @@ def pytest_unconfigure(config):
         shutil.rmtree(config._kz_cache, ignore_errors=True)
 
 
+# The fixtures whose users are slow, each defined once in a conftest.py with a docstring saying why.
+SLOW_FIXTURES = (
+    "own_workers",
+    "worker_replacement",
+    "timeout_wait",
+    "training",
+    "native_build",
+    "real_model",
+    "rank_processes",  # tests/conftest.py
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
 def pytest_collection_modifyitems(config, items):
+    slow = set(SLOW_FIXTURES)
+    for item in items:
+        if slow.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
@@ -85,3 +106,37 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# -- slow fixtures (SLOW_FIXTURES): each names what a test that requests it does, and gives nothing; session-scoped,
+# so that a module's fixture (a pool its tests share) can request one too
+
+
+@pytest.fixture(scope="session")
+def own_workers():
+    """The test starts evaluator workers of its own (a pool, evaluate, check_problems, kz eval): seconds each."""
+
+
+@pytest.fixture(scope="session")
+def worker_replacement():
+    """The test makes a shared pool replace its worker (a crash, a timeout, tampering): a new start, seconds."""
+
+
+@pytest.fixture(scope="session")
+def timeout_wait():
+    """The test waits out a timeout, a deadline or a timer on purpose: seconds by design."""
+
+
+@pytest.fixture(scope="session")
+def training():
+    """The test trains a tiny model (SFT or GRPO steps, a Trainer's phases): tens of seconds on a CPU."""
+
+
+@pytest.fixture(scope="session")
+def native_build():
+    """The test builds native code (g++ or nvcc through load_inline, NVRTC) in processes: seconds to minutes."""
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """The test converts and runs the embedded SmolLM2-135M, not a tiny model: hundreds of MB of weights."""

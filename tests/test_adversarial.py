@@ -95,7 +95,7 @@ def triton_pool():
 
 
 @pytest.fixture(scope="module")
-def cuda_pool():
+def cuda_pool(own_workers):
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda"]) as pool:
         yield pool
 
@@ -169,8 +169,9 @@ def test_triton_torch_compute_past_the_static_check_is_caught_by_the_op_guard(tr
         ("tamper_evaluator", ["kzcore.builtins.outputs.compare"]),  # (e) the evaluator's own output check
     ],
 )
-@pytest.mark.slow
-def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(triton_pool, problems, kind, names):
+def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
+    triton_pool, problems, kind, names, worker_replacement
+):
     source = source_of(kind)
     assert check_source(source) == []  # the patches are reached through aliases the AST rules do not follow
     replaced_before = triton_pool.replaced
@@ -183,8 +184,7 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(triton
     assert triton_pool.replaced == replaced_before + 1  # a tampered process evaluates nothing more
 
 
-@pytest.mark.slow
-def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_pool, problems):
+def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_pool, problems, worker_replacement):
     """(c) torch.relu on a thread (the op guard's mode is per thread): integrity's count of thread starts
     from candidate code outside kernel launches."""
     source = source_of("thread_hidden")
@@ -199,7 +199,6 @@ def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_po
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_triton_lazy_tensor_subclass_output_is_incorrect(triton_pool, problems):
     """(d) the type check (plain torch.Tensor only): without it the deferred kernel runs inside the
     comparison and the output matches."""
@@ -307,7 +306,6 @@ def test_watch_judges_names_added_during_its_own_evaluation_not_before(monkeypat
         ("thread_offload", "1_ReLU", "importing `threading` is not allowed in a kernel module"),  # (c)
     ],
 )
-@pytest.mark.slow
 def test_cuda_cheat_fails_the_static_check(cuda_pool, problems, kind, problem, expected):
     source = source_of(f"cuda/{kind}")
     assert any(expected in p for p in cuda_check_source(source))
@@ -316,7 +314,6 @@ def test_cuda_cheat_fails_the_static_check(cuda_pool, problems, kind, problem, e
     assert expected in result.message
 
 
-@pytest.mark.slow
 def test_cuda_kernel_never_launched_is_hack_suspected_on_cpu(cuda_pool, problems):
     """(g) launch counting (kz_cuda's per-module counter): forward returns before any launch, so the verdict
     needs no GPU."""
@@ -327,7 +324,6 @@ def test_cuda_kernel_never_launched_is_hack_suspected_on_cpu(cuda_pool, problems
     assert "launched none of the candidate's own cuda kernels" in result.message
 
 
-@pytest.mark.slow
 def test_cuda_timer_patching_is_hack_suspected_on_cpu(cuda_pool, problems):
     """(e) integrity.Watch after import: the patch happens when the module loads, before any launch."""
     source = source_of("cuda/patch_timer")

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +16,6 @@ from hypothesis import strategies as st
 from kzcore.train.ca_grpo import CAGRPOConfig, Verdict, ca_grpo_rewards, group_rewards
 from kzcore.types import Status
 
-ROOT = Path(__file__).resolve().parent.parent
 C, W, H = "correct", "incorrect", "hack_suspected"
 
 
@@ -115,14 +110,7 @@ def test_property_correct_first_then_fast(items, tau, speed, weight):
         assert all(u <= r + 1e-12 for u in untimed for _, r in timed)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-@pytest.mark.slow
-def test_two_processes_equal_single_process(tmp_path):
+def test_two_processes_equal_single_process(tmp_path, rank_processes):
     rows = []
     for gid, items in {
         "p1": [(C, 1.5), (C, 3.0), (W, None), (C, 0.7), (H, 50.0)],  # rho 0.6: speed on
@@ -132,14 +120,7 @@ def test_two_processes_equal_single_process(tmp_path):
         rows += [{"group": gid, "status": s, "speedup": sp} for s, sp in items]
     data = tmp_path / "rows.json"
     data.write_text(json.dumps(rows))
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes_dist", str(r), "2", port, str(data), str(tmp_path / f"r{r}.json")],
-            cwd=ROOT,
-        )
-        for r in range(2)
-    ]
+    procs = rank_processes(lambda r: [str(data), str(tmp_path / f"r{r}.json")])
     for p in procs:
         assert p.wait(120) == 0
     per_rank = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(2)]
@@ -153,19 +134,11 @@ def test_two_processes_equal_single_process(tmp_path):
     assert ca_grpo_rewards([Verdict(**x) for x in rows[1::2]], CAGRPOConfig(tau=0.5, speed="rank")) != per_rank[1]
 
 
-@pytest.mark.slow
-def test_two_prompts_of_one_problem_are_two_groups_across_two_processes(tmp_path):
+def test_two_prompts_of_one_problem_are_two_groups_across_two_processes(tmp_path, rank_processes):
     """Two prompts of 1_ReLU in one batch (task ids 0 and 1), each prompt's 2 generations split over 2 ranks
     (gloo) through CoderReward: prompt 0 is all correct (rho 1 >= tau 0.75: the speed term is on), prompt 1
     all wrong. Keyed by problem, the merged group's rho 0.5 < tau would switch speed off for prompt 0."""
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes_dist", str(r), "2", port, "coder-reward", str(tmp_path / f"r{r}.json")],
-            cwd=ROOT,
-        )
-        for r in range(2)
-    ]
+    procs = rank_processes(lambda r: ["coder-reward", str(tmp_path / f"r{r}.json")])
     for p in procs:
         assert p.wait(120) == 0
     per_rank = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(2)]

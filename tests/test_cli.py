@@ -140,8 +140,7 @@ def test_suite_show_problem_prints_long_lines_verbatim(capsys, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_eval_and_report(plugins, tmp_path, capsys):
+def test_eval_and_report(plugins, tmp_path, capsys, own_workers):
     plugins("kz_triton")
     problems, solutions = copy_problems(tmp_path, ["1_ReLU", "3_Sigmoid"])
     out = tmp_path / "runs" / "r.jsonl"

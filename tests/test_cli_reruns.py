@@ -34,8 +34,7 @@ def line_with(text: str, output: str) -> str:
     return line
 
 
-@pytest.mark.slow
-def test_a_fixed_solution_is_evaluated_again(tmp_path):
+def test_a_fixed_solution_is_evaluated_again(tmp_path, own_workers):
     solutions, out = tmp_path / "solutions", tmp_path / "r.jsonl"
     solutions.mkdir()
     relu = solutions / "1_ReLU.py"
@@ -71,8 +70,7 @@ def test_a_fixed_solution_is_evaluated_again(tmp_path):
     assert "evaluating the remaining 0" in third.stderr and "changed since" not in third.stderr
 
 
-@pytest.mark.slow
-def test_results_that_do_not_name_their_code_are_evaluated_again(tmp_path):
+def test_results_that_do_not_name_their_code_are_evaluated_again(tmp_path, own_workers):
     solutions, out = tmp_path / "solutions", tmp_path / "r.jsonl"
     solutions.mkdir()
     (solutions / "1_ReLU.py").write_text(echo("1_ReLU"))
@@ -89,8 +87,7 @@ def test_results_that_do_not_name_their_code_are_evaluated_again(tmp_path):
     assert result.status is Status.CORRECT and result.code_hash
 
 
-@pytest.mark.slow
-def test_eval_only_evaluates_the_named_problems_at_their_levels(tmp_path):
+def test_eval_only_evaluates_the_named_problems_at_their_levels(tmp_path, own_workers):
     solutions, out = tmp_path / "solutions", tmp_path / "r.jsonl"
     (solutions / "level1").mkdir(parents=True)
     (solutions / "level1" / "3_Sigmoid.py").write_text(echo("3_Sigmoid"))
@@ -154,8 +151,7 @@ KZ_SIZES = {"small": {"batch_size": 2, "dim": 1}}
 '''
 
 
-@pytest.mark.slow
-def test_a_problem_left_out_of_the_scores_is_named_with_why_and_what_to_do(tmp_path):
+def test_a_problem_left_out_of_the_scores_is_named_with_why_and_what_to_do(tmp_path, own_workers):
     problems, solutions, out = tmp_path / "problems" / "level1", tmp_path / "solutions", tmp_path / "r.jsonl"
     problems.mkdir(parents=True)
     solutions.mkdir()

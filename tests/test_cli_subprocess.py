@@ -119,7 +119,6 @@ def test_device_check_names_the_section_to_fix():
     check_device(attrs.evolve(config, **on_cpu), cuda_available=False)
 
 
-@pytest.mark.slow
 def test_train_on_a_cpu_machine_with_use_cpu_false(tmp_path):
     import torch
 
@@ -210,8 +209,7 @@ def slow_problem(tmp_path: Path, mark: Path) -> Path:
     return level1.parent
 
 
-@pytest.mark.slow
-def test_ctrl_c_while_suite_check_runs_a_problem(tmp_path):
+def test_ctrl_c_while_suite_check_runs_a_problem(tmp_path, own_workers):
     marks = tmp_path / "marks"  # the sandboxed worker may write here (KZ_SANDBOX_WRITABLE) and nowhere else
     marks.mkdir()
     suite = slow_problem(tmp_path, marks / "started")
@@ -234,8 +232,7 @@ def test_ctrl_c_while_propose_waits_for_the_policy(tmp_path):
     assert "modules accepted" not in proc.stdout  # the summary of a finished run is not printed
 
 
-@pytest.mark.slow
-def test_ctrl_c_while_distill_evaluates_the_teacher(tmp_path):
+def test_ctrl_c_while_distill_evaluates_the_teacher(tmp_path, own_workers):
     solutions = tmp_path / "solutions"
     solutions.mkdir()
     (solutions / "1_ReLU.py").write_text(SLOW_CANDIDATE)
@@ -254,8 +251,7 @@ def test_ctrl_c_while_distill_evaluates_the_teacher(tmp_path):
     assert not (out / "sft.jsonl").exists()
 
 
-@pytest.mark.slow
-def test_ctrl_c_while_eval_samples_from_a_policy(tmp_path):
+def test_ctrl_c_while_eval_samples_from_a_policy(tmp_path, own_workers):
     completions, out = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
     args = ["eval", "--problems", str(problem_dir(tmp_path)), "--language", "python", "--batch-size", "1"]
     args += ["--out", str(out), "--completions", str(completions), "--trials", "1", "--workers", "1"]
@@ -285,8 +281,7 @@ class ModelNew(nn.Module):
 """
 
 
-@pytest.mark.slow
-def test_ctrl_c_while_eval_evaluates(tmp_path):
+def test_ctrl_c_while_eval_evaluates(tmp_path, own_workers):
     solutions = tmp_path / "solutions"
     solutions.mkdir()
     (solutions / "1_ReLU.py").write_text(SLOW_CANDIDATE)

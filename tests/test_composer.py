@@ -122,8 +122,7 @@ def test_kz_compose_writes_problems_a_coverage_table_and_cold_start_rows(tmp_pat
     assert rows[0]["apis"] == ["ReLU"] and "ReLU" in rows[0]["prompt"][-1]["content"]
 
 
-@pytest.mark.slow
-def test_kz_composes_default_keeps_clear_of_kernelbench_and_its_modules_pass_the_sandboxed_check():
+def test_kz_composes_default_keeps_clear_of_kernelbench_and_its_modules_pass_the_sandboxed_check(own_workers):
     """`kz compose`'s default: no module near-duplicates a KernelBench level 1 or 2 problem (kzcore.decontam's
     rule, checked again over the whole output), every API still covered; a sample of the modules passes the
     evaluator's problem check in a sandboxed worker too, not only in this process."""

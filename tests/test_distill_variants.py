@@ -44,7 +44,6 @@ def _constants(source: str) -> dict[str, int]:
     }
 
 
-@pytest.mark.slow
 def test_every_variant_problem_loads_and_its_model_runs_at_small_and_alt(generated, tmp_path):
     import torch
 
@@ -149,8 +148,7 @@ def _broken(v: V.Variant) -> V.Variant:
     return attrs.evolve(v, problem=problem, solutions={**v.solutions, "triton": source}, origin="broken", op="")
 
 
-@pytest.mark.slow
-def test_distill_keeps_only_verified_variants_with_provenance(plugins, tmp_path, monkeypatch, generated):
+def test_distill_keeps_only_verified_variants_with_provenance(plugins, tmp_path, monkeypatch, generated, own_workers):
     pm = plugins("kz_triton", "kz_cuda")
     by_name = {v.name: v for v in generated}
     injected = [by_name["fam_relu"], by_name["3_Sigmoid__v1"], by_name["fam_softplus"], _broken(by_name["fam_sigmoid"])]
@@ -206,8 +204,7 @@ class RecordingTeacher:
         pass
 
 
-@pytest.mark.slow
-def test_keep_reasoning_and_the_teachers_token_budget(plugins, tmp_path):
+def test_keep_reasoning_and_the_teachers_token_budget(plugins, tmp_path, own_workers):
     pm = plugins("kz_triton")
     teacher = RecordingTeacher()
     problems = [ORIGINAL["1_ReLU"]]

@@ -243,8 +243,7 @@ def test_completion_with_reasoning_and_two_blocks_uses_the_last(pool, suite):
     assert swapped.status is Status.INCORRECT, swapped.message
 
 
-@pytest.mark.slow
-def test_worker_crash_is_a_runtime_error_and_the_pool_keeps_going(pool, suite):
+def test_worker_crash_is_a_runtime_error_and_the_pool_keeps_going(pool, suite, worker_replacement):
     problems, solutions = suite
     pid_before, replaced_before = worker_pid(pool), pool.replaced
 
@@ -258,8 +257,7 @@ def test_worker_crash_is_a_runtime_error_and_the_pool_keeps_going(pool, suite):
     assert after.status is Status.CORRECT, after.message
 
 
-@pytest.mark.slow
-def test_endless_forward_times_out_and_the_pool_keeps_going(pool, suite):
+def test_endless_forward_times_out_and_the_pool_keeps_going(pool, suite, timeout_wait, worker_replacement):
     problems, solutions = suite
     pid_before, replaced_before = worker_pid(pool), pool.replaced
     short = EvalConfig(device="cpu", trials=2, timeout_s=5)
@@ -329,8 +327,7 @@ def test_torch_compute_on_a_helper_thread_is_not_correct(pool, suite):
     assert result.status in (Status.STATIC_CHECK_FAILED, Status.HACK_SUSPECTED), (result.status, result.message)
 
 
-@pytest.mark.slow
-def test_candidate_switching_off_the_guard_is_not_correct(suite):
+def test_candidate_switching_off_the_guard_is_not_correct(suite, own_workers):
     """A candidate runs in the evaluator's own process, so at import time it can rebind harness state
     (here `kzcore.evaluate.guard._depth`). Own pool: the tampered worker must not serve other tests."""
     problems, _ = suite
@@ -351,8 +348,7 @@ def test_half_written_output_never_passes_a_trial_on_stale_memory(pool, suite):
     assert passed == [], f"evaluations {passed} of 30 judged a half-written output {results[passed[0]].status}"
 
 
-@pytest.mark.slow
-def test_crash_message_names_the_signal(pool, suite):
+def test_crash_message_names_the_signal(pool, suite, worker_replacement):
     """A dead worker's pipe and sentinel can be ready before the process is reapable; the pool then
     describes it before its exit status exists ("did not exit") instead of "was killed by SIGSEGV"."""
     problems, _ = suite
@@ -366,8 +362,7 @@ def test_crash_message_names_the_signal(pool, suite):
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite, tmp_path):
+def test_evaluate_streams_jsonl_and_resumes_without_reevaluating(plugins, suite, tmp_path, own_workers):
     pm = plugins("kz_triton")
     problems = load_problems("builtin:1", pm=pm)
     _, solutions = suite

@@ -39,8 +39,7 @@ def test_aggregate_means_spreads_and_verdict(tmp_path):
     assert "| full/pass@1 | 0.000 ± 0.000 | 0.150 ± 0.050 | 0.300 ± 0.100 | +0.300 ± 0.100 | True |" in markdown(report)
 
 
-@pytest.mark.slow
-def test_quick_run_of_both_variants_on_a_tiny_model(tmp_path):
+def test_quick_run_of_both_variants_on_a_tiny_model(tmp_path, training):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("KZ_LOAD_PLUGINS", None)
     cmd = [

@@ -88,7 +88,7 @@ class LoosePool(LocalPool):
 
 
 @pytest.fixture(scope="module")
-def loose_pool(pool):  # after `pool`, so the credentials are planted for its workers too
+def loose_pool(pool, own_workers):  # after `pool`, so the credentials are planted for its workers too
     with LoosePool(workers=1, config=CONFIG, plugins=["kz_triton"]) as loose:
         yield loose
 
@@ -157,8 +157,7 @@ def sleepers() -> set[int]:
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_abort_is_a_crash_named_by_its_signal(pool, relu):
+def test_abort_is_a_crash_named_by_its_signal(pool, relu, worker_replacement):
     # defence: LocalPool._collect sees the dead worker's sentinel, names the signal and replaces it
     pid, replaced = worker_pid(pool), pool.replaced
     result, after = evaluate(pool, relu, fault("abort"), fault("probe_clean_worker"))
@@ -168,8 +167,7 @@ def test_abort_is_a_crash_named_by_its_signal(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
-def test_os_exit_in_forward_or_at_import_is_a_crash(pool, relu):
+def test_os_exit_in_forward_or_at_import_is_a_crash(pool, relu, worker_replacement):
     # defence: the same crash path; the queue goes on after two dead workers in one map
     replaced = pool.replaced
     in_forward, at_import, after = evaluate(
@@ -195,8 +193,7 @@ def test_sys_exit_is_a_runtime_error_and_the_worker_stays(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
-def test_worker_dying_while_idle_costs_no_job(pool, relu):
+def test_worker_dying_while_idle_costs_no_job(pool, relu, worker_replacement):
     # defence: LocalPool._dispatch puts the job back and replaces the worker when sending fails (without it
     # BrokenPipeError ends the whole map)
     pid, replaced = worker_pid(pool), pool.replaced
@@ -219,8 +216,7 @@ def start_plan(tmp_path, monkeypatch, **plan) -> list[str]:
     return ["kz_triton", "tests.fakes_hooks:START_PLAN"]
 
 
-@pytest.mark.slow
-def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
+def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch, own_workers, timeout_wait):
     # defence: WorkerLifecycle.replace kills the crashed worker and starts its successor without waiting for it
     # (it takes jobs once it reports ready); before, the scheduling loop waited out every replacement's
     # start (10-13 s on a GPU), so one crash froze every other worker's results and ran their deadlines out
@@ -245,8 +241,7 @@ def test_a_crash_stalls_no_other_worker(relu, tmp_path, monkeypatch):
         assert all(w.ready for w in own.workers.values())
 
 
-@pytest.mark.slow
-def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, monkeypatch):
+def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, monkeypatch, own_workers, timeout_wait):
     # defence: WorkerLifecycle._succeed promotes a ready spare (EvalConfig.standby_workers) into a dead worker's
     # slot and starts a new spare behind it; without one, the slot waits out a new worker's start-up
     import attrs
@@ -273,8 +268,7 @@ def test_a_standby_worker_takes_a_crashed_workers_place_at_once(relu, tmp_path, 
         assert len(own.spares) == 1 and own.spares[0].ready and own.spares[0] is not spare
 
 
-@pytest.mark.slow
-def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch):
+def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, tmp_path, monkeypatch, own_workers):
     # defence: WorkerLifecycle._start_failed retries a replacement MAX_START_FAILURES times in a row, then ends the
     # map with a one-line KzError; results already yielded stay with the caller
     from kzcore.errors import KzError
@@ -302,8 +296,7 @@ def test_a_replacement_that_fails_to_start_is_retried_then_the_map_stops(relu, t
     assert len(list(tmp_path.glob("start-*"))) == 1 + MAX_START_FAILURES
 
 
-@pytest.mark.slow
-def test_a_replacement_that_hangs_while_starting_is_given_up_on(relu, tmp_path, monkeypatch):
+def test_a_replacement_that_hangs_while_starting_is_given_up_on(relu, tmp_path, monkeypatch, own_workers, timeout_wait):
     # defence: WorkerLifecycle.tend kills a replacement that has not reported ready by its start deadline and tries
     # again; after MAX_START_FAILURES the map stops with a one-line error instead of waiting forever
     from kzcore.errors import KzError
@@ -360,7 +353,6 @@ def test_process_started_through_a_library_is_refused_at_run_time(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
 def test_process_left_running_is_killed_and_hack_suspected(loose_pool, relu):
     # defence: CleanSlate.restore -> processes.sweep_children after every job (here the process guard is off,
     # as if a candidate had got past it); without it the sleeper outlives the job
@@ -432,8 +424,7 @@ def test_signalling_another_process_is_refused(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
-def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu):
+def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu, timeout_wait, worker_replacement):
     # defence: LocalPool kills with SIGKILL (kill_process_tree), which a candidate cannot ignore; with
     # SIGTERM the spinning worker would live on
     pid, replaced = worker_pid(pool), pool.replaced
@@ -448,8 +439,7 @@ def test_ignored_sigterm_does_not_stop_the_timeout(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
-def test_timer_armed_by_a_candidate_is_disarmed(pool, relu):
+def test_timer_armed_by_a_candidate_is_disarmed(pool, relu, timeout_wait):
     # defence: CleanSlate._restore_signals cancels interval timers after each job; without it SIGALRM kills
     # the worker two seconds later, between or during other candidates' jobs
     pid = worker_pid(pool)
@@ -503,8 +493,7 @@ def test_files_outside_the_scratch_directory_are_read_only(pool, relu, tmp_path)
     assert_clean_and_correct(after)  # its own scratch dir stays writable (the probe writes there)
 
 
-@pytest.mark.slow
-def test_worker_scratch_directories_are_removed_with_their_worker(relu):
+def test_worker_scratch_directories_are_removed_with_their_worker(relu, own_workers):
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton"]) as own:
         (worker,) = own.workers.values()
         scratch = Path(worker.scratch)
@@ -524,8 +513,7 @@ def test_stdout_flood_goes_to_a_capped_log(pool, relu):
     assert log.stat().st_size <= LOG_LIMIT
 
 
-@pytest.mark.slow
-def test_closing_the_result_pipe_is_a_crash(pool, relu):
+def test_closing_the_result_pipe_is_a_crash(pool, relu, worker_replacement):
     # defence: EOF on the pipe is a dead worker (LocalPool._collect); the worker is replaced
     replaced = pool.replaced
     result, after = evaluate(pool, relu, fault("close_pipe"), fault("probe_clean_worker"))
@@ -535,8 +523,7 @@ def test_closing_the_result_pipe_is_a_crash(pool, relu):
     assert_clean_and_correct(after)
 
 
-@pytest.mark.slow
-def test_junk_in_the_result_pipe_is_a_runtime_error(pool, relu):
+def test_junk_in_the_result_pipe_is_a_runtime_error(pool, relu, worker_replacement):
     # defence: local.receive (length bound, only kzcore's types unpickled, message shape checked); without it
     # the pool reads the junk's first bytes as a 1.8 GB message length and waits for it forever
     replaced, done = pool.replaced, []
@@ -559,8 +546,7 @@ class _Forged:
         return (os.system, ("touch kz-forged-pickle-ran",))
 
 
-@pytest.mark.slow
-def test_messages_from_a_worker_are_bounded_and_build_no_foreign_objects(tmp_path, monkeypatch):
+def test_messages_from_a_worker_are_bounded_and_build_no_foreign_objects(tmp_path, monkeypatch, timeout_wait):
     # defence: _bound_reads (SO_RCVTIMEO) and _MessageUnpickler; without them a header with no body blocks
     # the pool forever, and a pickle written into the pipe runs code in the evaluator's own process
     monkeypatch.chdir(tmp_path)
@@ -633,6 +619,8 @@ def tcp_server():
     ("which", "fence", "refusal"),
     [
         ("pool", ("netns", "userns+netns"), "Network is unreachable"),  # userns+netns where we are not root
+        # a hand mark: the pool is picked at run time (request.getfixturevalue), so collection cannot see that
+        # this case starts the loose pool (own_workers); usefixtures is refused in pytest.param's marks
         pytest.param("loose_pool", ("socket-block",), "network access is disabled", marks=pytest.mark.slow),
     ],
 )

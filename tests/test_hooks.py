@@ -189,8 +189,7 @@ def test_kz_register_suites(plugins, relu, tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_kz_extract_source(plugins, relu, tmp_path):
+def test_kz_extract_source(plugins, relu, tmp_path, own_workers):
     tagged = f"Here you go.\n<code>\n{PY_RELU}</code>\nDone."
     assert extract_source(tagged).startswith("Here you go.")  # the default keeps the tags: not importable
     pm = plugins("kz_pylang", f"{FAKES}:TAG_EXTRACTOR")
@@ -201,8 +200,7 @@ def test_kz_extract_source(plugins, relu, tmp_path):
     assert "extract" in results[0].stages
 
 
-@pytest.mark.slow
-def test_kz_static_check(plugins, relu, tmp_path):
+def test_kz_static_check(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_pylang", f"{FAKES}:BANNING_STATIC_CHECK")
     results = run(pm, relu, [py_candidate(0, PY_RELU), py_candidate(1, PY_CLAMP)], tmp_path)
     assert results[0].status is Status.STATIC_CHECK_FAILED
@@ -210,8 +208,7 @@ def test_kz_static_check(plugins, relu, tmp_path):
     assert results[1].status is Status.CORRECT, results[1].message  # [] means the source passes
 
 
-@pytest.mark.slow
-def test_kz_load_candidate(plugins, relu, tmp_path):
+def test_kz_load_candidate(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_pylang", f"{FAKES}:FOREIGN_LOADER")
     not_python = "class ModelNew <<< a foreign language the fake loader compiles >>>\n"
     broken = "class ModelNew BROKEN\n"
@@ -221,8 +218,7 @@ def test_kz_load_candidate(plugins, relu, tmp_path):
     assert results[1].message == "fake compiler: BROKEN is not a valid instruction"
 
 
-@pytest.mark.slow
-def test_kz_instrument_candidate(plugins, relu, tmp_path):
+def test_kz_instrument_candidate(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_pylang", f"{FAKES}:LAUNCH_COUNTER")
     five, none = PY_RELU + "\nKZ_FAKE_LAUNCHES = 5\n", PY_RELU + "\nKZ_FAKE_LAUNCHES = 0\n"
     results = run(pm, relu, [py_candidate(0, five), py_candidate(1, none)], tmp_path)
@@ -248,8 +244,7 @@ def test_kz_kernel_names(plugins, tmp_path):
     assert pm.hook.kz_kernel_names(language="python", module=module) is None  # not these plugins' language
 
 
-@pytest.mark.slow
-def test_kz_precompile(plugins, relu, tmp_path):
+def test_kz_precompile(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_pylang", f"{FAKES}:PRECOMPILER")
     # forward is only right when the plugin precompiled the model for this very input shape
     checked = PY_RELU.replace(
@@ -270,8 +265,7 @@ def test_kz_precompile(plugins, relu, tmp_path):
     assert results[0].status is Status.INCORRECT
 
 
-@pytest.mark.slow
-def test_kz_run_forward(plugins, relu, tmp_path):
+def test_kz_run_forward(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_pylang", f"{FAKES}:ALT_FORWARD")
     # __call__ returns zeros (wrong); only the plugin's way of running the model gives ReLU.
     source = PY_RELU.replace("def forward(self, x):", "def plugin_forward(self, x):") + (
@@ -281,8 +275,7 @@ def test_kz_run_forward(plugins, relu, tmp_path):
     assert results[0].status is Status.CORRECT, results[0].message
 
 
-@pytest.mark.slow
-def test_kz_check_outputs(plugins, relu, tmp_path):
+def test_kz_check_outputs(plugins, relu, tmp_path, own_workers):
     pm = plugins("kz_triton", f"{FAKES}:REJECT_ALL_OUTPUTS")
     problems = [relu]
     candidates = load_solutions("builtin", problems, "triton", pm=pm)
@@ -293,8 +286,7 @@ def test_kz_check_outputs(plugins, relu, tmp_path):
     assert (results[0].max_abs_err, results[0].max_rel_err) == (0.25, 0.5)
 
 
-@pytest.mark.slow
-def test_kz_time_candidate(plugins, relu, tmp_path):
+def test_kz_time_candidate(plugins, relu, tmp_path, own_workers):
     # The CPU default measures nothing, so any figures in the result come from the fake.
     default = default_timing.kz_time_candidate(device="cpu", reference=None, candidate=None, config=CFG, rounds=None)
     assert default.speedup is None
@@ -312,8 +304,7 @@ def test_kz_time_candidate(plugins, relu, tmp_path):
     assert "did not check its last timed pair" in r.message
 
 
-@pytest.mark.slow
-def test_kz_result_filed(plugins, relu, tmp_path):
+def test_kz_result_filed(plugins, relu, tmp_path, own_workers):
     recorder = fakes_hooks.RESULT_RECORDER
     recorder.results.clear()
     pm = plugins("kz_pylang", f"{FAKES}:RESULT_RECORDER")
@@ -429,8 +420,7 @@ def test_kz_fast_generate(plugins, tmp_path, monkeypatch):
     assert all(generate(input_ids=None) == "slow" for _, generate in fake.offered)
 
 
-@pytest.mark.slow
-def test_kz_worker_started(tmp_path, monkeypatch):
+def test_kz_worker_started(tmp_path, monkeypatch, own_workers):
     monkeypatch.setenv(fakes_hooks.MARKER_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("KZ_SANDBOX_WRITABLE", str(tmp_path))  # workers may write only where they are told
     pool = LocalPool(workers=1, config=EvalConfig(device="cpu"), plugins=[f"{FAKES}:WORKER_MARKER"])

@@ -386,8 +386,7 @@ def test_cache_that_waits_for_the_timing_loop_is_hack_suspected(triton_pool, bui
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_timing_bench_smoke_run(tmp_path):
+def test_timing_bench_smoke_run(tmp_path, own_workers):
     out = tmp_path / "timing.json"
     cmd = [sys.executable, "bench/timing.py", "--device", "cpu", "--self-ref-problems", "1_ReLU", "--passes", "1",
            "--forced", "1_ReLU", "--out", str(out)]  # fmt: skip

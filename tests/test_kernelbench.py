@@ -272,8 +272,9 @@ DEGENERATE = {  # problem -> (output shape kind, the constant fills tried beside
 }
 
 
-@pytest.mark.slow
-def test_zeros_and_constant_kernels_never_count_on_degenerate_kernelbench_problems(plugins, tmp_path, monkeypatch):
+def test_zeros_and_constant_kernels_never_count_on_degenerate_kernelbench_problems(
+    plugins, tmp_path, monkeypatch, own_workers
+):
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("kernelbench:1,2", pm=pm, kernelbench=str(CHECKOUT)) if p.name in DEGENERATE]
@@ -316,9 +317,8 @@ def test_zeros_and_constant_kernels_never_count_on_degenerate_kernelbench_proble
     assert again.problem_degenerate.startswith("cached: ")
 
 
-@pytest.mark.slow
 def test_a_kernel_with_the_tested_shape_hard_coded_fails_on_an_unmodified_kernelbench_file(
-    plugins, tmp_path, monkeypatch
+    plugins, tmp_path, monkeypatch, own_workers
 ):
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
     pm = plugins("kz_triton")

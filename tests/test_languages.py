@@ -304,7 +304,7 @@ def relu() -> Problem:
 
 
 @pytest.fixture(scope="module")
-def pylang_pool(tmp_path_factory):
+def pylang_pool(tmp_path_factory, own_workers):
     cache = tmp_path_factory.mktemp("pylang-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(kz_pylang.CACHE_ENV, str(cache))  # read where the pool starts its workers
@@ -321,13 +321,11 @@ def run(pool, problem, *sources):
     return sorted(pool.map(jobs), key=lambda r: r.sample)
 
 
-@pytest.mark.slow
 def test_a_third_party_languages_environment_reaches_its_workers(pylang_pool, relu):
     (result,) = run(pylang_pool, relu, ENV_PROBE)
     assert result.status is Status.RUNTIME_ERROR and "KZ_PYLANG_DEVICE=cpu" in result.message, result.message
 
 
-@pytest.mark.slow
 def test_a_third_party_languages_cache_is_writable_in_the_sandbox_and_nothing_else(pylang_pool, relu, tmp_path):
     fences = pylang_pool.info["sandbox"]
     if fences.get("filesystem") != "readonly":
@@ -343,7 +341,6 @@ def test_a_third_party_languages_cache_is_writable_in_the_sandbox_and_nothing_el
     assert not (elsewhere / "entry").exists()
 
 
-@pytest.mark.slow
 def test_patching_a_third_party_languages_code_is_hack_suspected(pylang_pool, relu):
     replaced = pylang_pool.replaced
     results = run(pylang_pool, relu, *(TAMPER.format(patch=patch) for patch in PATCHES))

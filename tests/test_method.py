@@ -204,8 +204,7 @@ def test_separate_proposer_model(plugins, tmp_path, tiny, tiny2):
 
 
 # -- one Coder prompt ------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, tiny, monkeypatch):
+def test_one_coder_prompt_in_sft_rl_pass_rates_and_heldout(plugins, tmp_path, tiny, monkeypatch, training):
     pm = plugins("kz_triton", "kz_models", "tests.fakes_policy")
     trainer = make_trainer(tmp_path, tiny, pm)
     (relu,) = load_problems(RELU, pm=pm)

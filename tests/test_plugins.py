@@ -102,8 +102,7 @@ def test_unreachable_plugin_object_is_an_error(isolated_plugins):
         plugin_specs(isolated_plugins)
 
 
-@pytest.mark.slow
-def test_python_language_through_entry_points(monkeypatch, tmp_path):
+def test_python_language_through_entry_points(monkeypatch, tmp_path, own_workers):
     monkeypatch.delenv("KZ_LOAD_PLUGINS", raising=False)
     monkeypatch.delenv("KZ_DISABLE_PLUGINS", raising=False)
     pm = new_plugin_manager(load_entry_points=True)
@@ -122,8 +121,7 @@ def test_python_language_through_entry_points(monkeypatch, tmp_path):
     assert by_sample[2].status is Status.CORRECT, by_sample[2].message
 
 
-@pytest.mark.slow
-def test_policy_plugin_from_entry_point_drives_kz_eval(monkeypatch, tmp_path, capsys):
+def test_policy_plugin_from_entry_point_drives_kz_eval(monkeypatch, tmp_path, capsys, own_workers):
     """A policy backend living outside the core (kz_pylang's pylang-echo), found through its entry point,
     swapped in with --policy alone."""
     from kzcore.cli import main
@@ -156,8 +154,7 @@ class ModelNew(nn.Module):
 """
 
 
-@pytest.mark.slow
-def test_worker_environment_is_scrubbed_and_limited(plugins, tmp_path, monkeypatch):
+def test_worker_environment_is_scrubbed_and_limited(plugins, tmp_path, monkeypatch, own_workers):
     from kzcore.evaluate.runner import evaluate
     from kzcore.problems import load_problems
     from kzcore.types import Candidate, EvalConfig

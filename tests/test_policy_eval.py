@@ -78,8 +78,7 @@ def test_the_policy_closes_when_sampling_fails(plugins, tmp_path):
     assert not (tmp_path / "c.jsonl").exists()  # no empty completions file
 
 
-@pytest.mark.slow
-def test_extra_candidates_share_the_results_file_and_a_second_call_reuses_both_files(plugins, tmp_path):
+def test_extra_candidates_share_the_results_file_and_a_second_call_reuses_both_files(plugins, tmp_path, own_workers):
     """Distillation's shape: the policy samples 1_ReLU, a ready solution of 3_Sigmoid comes along as an extra
     candidate; one run header, both judged. Called again, nothing is sampled or evaluated anew."""
     pm = plugins("kz_pylang")

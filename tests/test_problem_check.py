@@ -52,14 +52,13 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def reports():
+def reports(own_workers, timeout_wait):
     problems = [Problem(name=name, source=src, level=1) for name, (src, _) in CASES.items()]
     problems.append(Problem(name="hang", source=module("while True:\n    pass"), level=1))
     return {r.problem: r for r in check_problems(problems, EvalConfig(timeout_s=10), workers=2)}
 
 
 @pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.slow
 def test_problem_verdicts(reports, name):
     report = reports[name]
     expected = CASES[name][1]
@@ -71,7 +70,6 @@ def test_problem_verdicts(reports, name):
         assert expected in report.reason, report.reason
 
 
-@pytest.mark.slow
 def test_runs_deterministic_finite_flags_are_staged(reports):
     assert not reports["crash"].ok_runs
     assert reports["dropout"].ok_runs and not reports["dropout"].deterministic
@@ -79,22 +77,19 @@ def test_runs_deterministic_finite_flags_are_staged(reports):
     assert reports["zeros"].finite and reports["zeros"].degenerate
 
 
-@pytest.mark.slow
 def test_a_hanging_problem_times_out_without_stopping_the_others(reports):
     assert not reports["hang"].ok
     assert "timeout" in reports["hang"].reason
     assert reports["good"].ok
 
 
-@pytest.mark.slow
-def test_builtin_suite_passes_every_check():
+def test_builtin_suite_passes_every_check(own_workers):
     reports = check_problems(load_problems("builtin:2"), EvalConfig(), workers=2)
     assert len(reports) >= 12
     assert all(r.ok for r in reports), [(r.key, r.reason) for r in reports if not r.ok]
 
 
-@pytest.mark.slow
-def test_kz_suite_check_reports_failures(tmp_path, capsys):
+def test_kz_suite_check_reports_failures(tmp_path, capsys, own_workers):
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "1_Good.py").write_text(CASES["good"][0])
     (tmp_path / "level1" / "2_Zero.py").write_text(CASES["zeros"][0])

@@ -787,8 +787,7 @@ def test_propose_runs_scripted_completions_through_the_gates(tmp_path):
     assert [p.name for p in accepted_problems(records)] == [valid.name, alias.name]
 
 
-@pytest.mark.slow
-def test_propose_through_the_real_sandboxed_checker(tmp_path):
+def test_propose_through_the_real_sandboxed_checker(tmp_path, own_workers):
     """The same flow with kzcore.evaluate.problem_check.check_problems running the modules in CPU workers."""
     from kzcore.evaluate.problem_check import check_problems
 

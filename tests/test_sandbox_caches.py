@@ -52,7 +52,7 @@ class AuditedPool(LocalPool):
 
 
 @pytest.fixture(scope="module", params=["readonly-fs", "write-audit"])
-def caches(request, tmp_path_factory):
+def caches(request, tmp_path_factory, own_workers):
     """A pool whose workers see a home directory holding every cache, each with a file in it already."""
     home, hf_home = tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("hf-home")
     with pytest.MonkeyPatch.context() as patch:  # read where the pool starts its workers
@@ -94,7 +94,6 @@ def run(pool, problem, sources: list[str]):
     return sorted(pool.map(jobs), key=lambda r: r.sample)
 
 
-@pytest.mark.slow
 def test_nothing_a_candidate_writes_lands_in_a_cache_kzcore_or_a_policy_reads(caches, relu):
     pool, home, targets = caches
     before = snapshot(home) | {k: v for t in targets.values() for k, v in snapshot(t).items()}
@@ -109,7 +108,6 @@ def test_nothing_a_candidate_writes_lands_in_a_cache_kzcore_or_a_policy_reads(ca
         assert any(text in result.message for text in refused), (name, action, result.message)
 
 
-@pytest.mark.slow
 def test_a_candidates_own_compiler_cache_is_its_workers_and_works(caches, relu):
     pool, _home, _targets = caches
     (result,) = run(pool, relu, [source(ACTION="own-cache")])

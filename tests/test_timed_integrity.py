@@ -217,7 +217,7 @@ def problems() -> dict[str, Problem]:
 
 
 @pytest.fixture(scope="module")
-def triton_pool():
+def triton_pool(own_workers):
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton"]) as pool:
         yield pool
 
@@ -235,7 +235,6 @@ def adversarial(kind: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["timed_skip_stack", "timed_skip_count"])
-@pytest.mark.slow
 def test_work_skipped_only_while_timed_is_hack_suspected(triton_pool, problems, kind):
     result = run_one(triton_pool, problems["1_ReLU"], adversarial(kind))
     assert result.status is Status.HACK_SUSPECTED, result.message
@@ -243,7 +242,6 @@ def test_work_skipped_only_while_timed_is_hack_suspected(triton_pool, problems, 
     assert "differs from the reference's on the same inputs, though its correctness trials passed" in result.message
 
 
-@pytest.mark.slow
 def test_an_output_in_memory_it_does_not_own_is_hack_suspected(triton_pool, problems):
     result = run_one(triton_pool, problems["1_ReLU"], adversarial("foreign_output"))
     assert result.status is Status.HACK_SUSPECTED, result.message
@@ -255,14 +253,12 @@ def test_an_output_in_memory_it_does_not_own_is_hack_suspected(triton_pool, prob
     [("prerun_hook_softmax", "11_Softmax", "aten._softmax"), ("grid_softmax", "11_Softmax", "aten._softmax"),
      ("prerun_hook_matmul", "19_Matmul", "aten.mm")],
 )  # fmt: skip
-@pytest.mark.slow
 def test_torch_compute_in_a_launch_callback_is_caught_by_the_op_guard(triton_pool, problems, kind, problem, op):
     result = run_one(triton_pool, problems[problem], adversarial(kind))
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "forward ran PyTorch compute operators outside its kernels" in result.message and op in result.message
 
 
-@pytest.mark.slow
 def test_an_honest_kernel_passes_its_checked_timed_pairs(triton_pool, problems):
     source = (HERE / "legit" / "fused_softmax.py").read_text()
     result = run_one(triton_pool, problems["11_Softmax"], source)
@@ -287,8 +283,7 @@ class ModelNew(nn.Module):
 """
 
 
-@pytest.mark.slow
-def test_reduced_precision_on_an_fp32_problem_is_incorrect_unless_the_policy_is_off(problems):
+def test_reduced_precision_on_an_fp32_problem_is_incorrect_unless_the_policy_is_off(problems, own_workers):
     problem = problems["23_Linear"]
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_pylang"]) as pool:
         bf16 = run_one(pool, problem, LINEAR_BF16.format(cast="bfloat16"), language="python")

@@ -212,8 +212,7 @@ def test_timing_runs_with_the_instrumentation_off_the_launch_path(tmp_path):
         assert plain() == 3
 
 
-@pytest.mark.slow
-def test_ground_truth_bench_smoke_on_cpu(tmp_path):
+def test_ground_truth_bench_smoke_on_cpu(tmp_path, own_workers):
     """bench/timing.py --ground-truth end to end on the CPU (interpreter, wall clocks): the record has, per
     kernel, the in-process measurement, the pool's speedups with 1 and 4 workers per GPU, the in-process
     times on separate allocations of the inputs and the times in fresh processes."""

@@ -162,9 +162,8 @@ def _wait_until(what, timeout_s: float):
     return None
 
 
-@pytest.mark.slow  # starts a worker pool (5-10 s on a 2-core CPU machine)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the pool's workers from /proc (Linux)")
-def test_sigterm_mid_run_leaves_a_partial_report_and_no_pool_workers(tmp_path):
+def test_sigterm_mid_run_leaves_a_partial_report_and_no_pool_workers(tmp_path, own_workers):
     """gpu-check's ``timeout`` sends SIGTERM: sent once the report is first on disk and the 1-worker pool is
     running its jobs, the bench writes the direct measurements as a partial report, names the file and the
     phases done in one line, exits 143 and has closed its pool (every worker reaped, its scratch folder

@@ -28,7 +28,7 @@ def problems():
 
 
 @pytest.fixture
-def pool(plugins):
+def pool(plugins, own_workers):
     pm = plugins("kz_triton")
     pool = LocalPool(workers=1, config=CFG, plugins=plugin_specs(pm)).start()
     yield pool
@@ -56,8 +56,7 @@ def test_reward_function_pays_per_group(pool, problems, tmp_path):
     assert second["between_calls_seconds"] >= 0.05 and second["call"] == 1
 
 
-@pytest.mark.slow
-def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
+def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path, training):
     tiny = build_tiny_checkpoint(tmp_path / "tiny")
     settings = GRPOSettings(max_steps=2, num_generations=2, batch_size=2, max_completion_length=16, use_cpu=True)
     metrics = run_coder_phase(str(tiny), problems, "triton", tmp_path / "out", settings, pool, CFG)
@@ -81,7 +80,6 @@ def test_grpo_phase_runs_end_to_end(pool, problems, tmp_path):
     assert (tmp_path / "out" / "model.safetensors").exists()
 
 
-@pytest.mark.slow
 def test_reward_prepares_candidates_before_the_pool_evaluates_them(pool, problems, tmp_path, plugins):
     from tests.fakes_hooks import PREPARE_RECORDER
 

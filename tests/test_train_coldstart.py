@@ -13,15 +13,13 @@ from kzcore.types import EvalConfig
 from tests import fakes_policy
 from tests.tinymodel import build_tiny_checkpoint
 
-pytestmark = pytest.mark.slow  # every test here evaluates through a worker pool or trains
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-def test_distill_from_reference_solutions_keeps_the_correct_ones(plugins, tmp_path):
+def test_distill_from_reference_solutions_keeps_the_correct_ones(plugins, tmp_path, own_workers):
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "2_GELU")]
     summary = distill(problems, ["triton"], tmp_path, EvalConfig(trials=2), solutions="builtin", workers=1, pm=pm)
@@ -34,7 +32,7 @@ def test_distill_from_reference_solutions_keeps_the_correct_ones(plugins, tmp_pa
     assert row["provenance"]["teacher"] == "solutions:builtin"
 
 
-def test_distill_from_a_teacher_policy_filters_by_the_verifier(plugins, tmp_path):
+def test_distill_from_a_teacher_policy_filters_by_the_verifier(plugins, tmp_path, own_workers):
     pm = plugins("kz_triton", "tests.fakes_policy")
     problems = [p for p in load_problems("builtin:1") if p.name in ("1_ReLU", "3_Sigmoid")]
     summary = distill(
@@ -53,7 +51,7 @@ def test_distill_from_a_teacher_policy_filters_by_the_verifier(plugins, tmp_path
     assert {r["problem"] for r in rows} == {"1_ReLU"} and rows[0]["provenance"]["teacher"] == "scripted"
 
 
-def test_only_faster_keeps_nothing_untimed(plugins, tmp_path):
+def test_only_faster_keeps_nothing_untimed(plugins, tmp_path, own_workers):
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
     summary = distill(
@@ -62,7 +60,7 @@ def test_only_faster_keeps_nothing_untimed(plugins, tmp_path):
     assert summary.kept == 0 and "nothing was timed" in summary.note
 
 
-def test_sft_lowers_loss_and_saves(plugins, tmp_path, tiny):
+def test_sft_lowers_loss_and_saves(plugins, tmp_path, tiny, own_workers, training):
     from kzcore.train.sft import SFTSettings, run_sft
 
     pm = plugins("kz_triton")

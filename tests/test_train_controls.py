@@ -106,8 +106,7 @@ def test_laid_out_rows_fill_every_step_and_continue_through_the_data():
     assert lay_out(rows, 12, "s") == first and lay_out(rows, 12, "t") != first  # seeded
 
 
-@pytest.mark.slow
-def test_the_sft_control_continues_sft_for_the_coders_steps_and_batch(plugins, tmp_path, tiny, monkeypatch):
+def test_the_sft_control_continues_sft_for_the_coders_steps_and_batch(plugins, tmp_path, tiny, monkeypatch, training):
     """``method = "sft"``: after the cold start and a (frozen) Proposer phase, the Coder phase is SFT of the SFT
     phase's model on rows of the distilled set, 2 optimizer steps x 4 sequences, each row a distinct distilled
     row; its metrics count the steps, sequences and tokens; the held-out scoring follows."""
@@ -189,8 +188,9 @@ def rft_trainer(plugins, tmp_path, tiny, monkeypatch, log) -> tuple[Trainer, lis
     return trainer, [p.name for p in drawn]
 
 
-@pytest.mark.slow
-def test_the_rft_control_fine_tunes_on_the_verified_samples_of_the_coders_draw(plugins, tmp_path, tiny, monkeypatch):
+def test_the_rft_control_fine_tunes_on_the_verified_samples_of_the_coders_draw(
+    plugins, tmp_path, tiny, monkeypatch, training
+):
     """``method = "rft"``: the CA-GRPO draw's tasks, 2 samples each from the current Coder, judged by the
     evaluator (a wrong ReLU that runs is rejected, prose too); only the correct ones are trained on, for the
     Coder phase's 2 steps x 4 sequences; the verdicts become the tasks' pass rates; held-out scoring follows.
@@ -256,9 +256,8 @@ class NeverRightPolicy(HalfRightPolicy):
         ]
 
 
-@pytest.mark.slow
 def test_an_rft_phase_with_no_correct_sample_says_so_and_leaves_the_coder_as_it_was(
-    plugins, tmp_path, tiny, monkeypatch
+    plugins, tmp_path, tiny, monkeypatch, training
 ):
     lines: list[str] = []
     sample_with(NeverRightPolicy, monkeypatch)

@@ -13,8 +13,6 @@ import pytest
 from kzcore.train.precision import model_dtype, trainer_precision
 from tests.tinymodel import build_tiny_checkpoint
 
-pytestmark = pytest.mark.slow  # trains a tiny model
-
 
 @pytest.fixture(scope="module")
 def bf16_tiny(tmp_path_factory):
@@ -63,7 +61,7 @@ def test_the_one_rule():
     assert cpu["bf16"] is False and cpu["fp16"] is False and cpu["model_init_kwargs"] == {"dtype": "float32"}
 
 
-def test_sft_on_a_cpu_holds_and_computes_fp32(bf16_tiny, tmp_path, one_torch_thread):
+def test_sft_on_a_cpu_holds_and_computes_fp32(bf16_tiny, tmp_path, one_torch_thread, training):
     import torch
 
     from kzcore.train.sft import SFTSettings, run_sft
@@ -78,7 +76,7 @@ def test_sft_on_a_cpu_holds_and_computes_fp32(bf16_tiny, tmp_path, one_torch_thr
     assert probe.params == {torch.float32} and probe.outputs == {torch.float32}
 
 
-def test_grpo_on_a_cpu_holds_computes_and_generates_fp32(bf16_tiny, tmp_path, plugins, one_torch_thread):
+def test_grpo_on_a_cpu_holds_computes_and_generates_fp32(bf16_tiny, tmp_path, plugins, one_torch_thread, training):
     import torch
     from datasets import Dataset
 

@@ -45,7 +45,7 @@ class ScriptedCoder:
 
 
 @pytest.fixture
-def pool(plugins):
+def pool(plugins, own_workers):
     pm = plugins("kz_triton")
     pool = LocalPool(workers=1, config=CFG, plugins=plugin_specs(pm)).start()
     yield pool
@@ -66,7 +66,6 @@ def make_reward(pool, tmp_path, passes: int) -> ProposerReward:
 
 
 @pytest.mark.parametrize("passes, expected", [(2, 1.0), (1, 0.5), (4, 0.0), (0, 0.0)])
-@pytest.mark.slow
 def test_known_pass_rates_give_known_frontier_rewards(pool, tmp_path, passes, expected):
     reward = make_reward(pool, tmp_path, passes)
     module = [{"role": "assistant", "content": f"```python\n{RELU_MODULE}```"}]

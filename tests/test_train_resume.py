@@ -103,8 +103,7 @@ def step_lines(text: str) -> list[int]:
     return [int(m) for m in re.findall(r"^sft: step (\d+)/\d+: loss ", text, re.M)]
 
 
-@pytest.mark.slow
-def test_sft_interrupted_after_k_steps_resumes_at_k(tmp_path):
+def test_sft_interrupted_after_k_steps_resumes_at_k(tmp_path, training):
     model = build_tiny_checkpoint(tmp_path / "tiny")
     data = tmp_path / "sft.jsonl"
     rows = [
@@ -150,8 +149,9 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.slow
-def test_grpo_interrupted_after_a_save_resumes_there_and_tells_its_rewards(tmp_path, plugins, one_torch_thread):
+def test_grpo_interrupted_after_a_save_resumes_there_and_tells_its_rewards(
+    tmp_path, plugins, one_torch_thread, training
+):
     """A GRPO phase (the Coder's and the Proposer's trainer) stopped right after its second step's save resumes
     at step 2, after telling its reward functions so (they drop the log rows of later steps)."""
     from datasets import Dataset

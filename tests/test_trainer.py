@@ -75,8 +75,7 @@ def inline_cold_start(plugins, tmp_path, tiny, monkeypatch, **heldout) -> tuple:
     return pm, cfg
 
 
-@pytest.mark.slow
-def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch):
+def test_one_round_end_to_end(plugins, tmp_path, tiny, monkeypatch, training):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pm = plugins("kz_triton", "kz_models")
     cfg = config(tmp_path, tiny)
@@ -160,8 +159,7 @@ def test_a_proposer_cold_start_needs_the_proposers_own_model(plugins, tmp_path, 
         Trainer(cfg, pm=pm, log=lambda s: None)
 
 
-@pytest.mark.slow
-def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, monkeypatch):
+def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, monkeypatch, training):
     """Distillation, the held-out evaluations and the RL phases all go through one executor of kind
     ``[plugins] executor``, started once and closed when the run ends (before: distillation and held-out
     evaluation always started a fresh local pool of their own)."""
@@ -179,8 +177,7 @@ def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, 
     assert {j.problem.name for j in heldout} == {"1_ReLU"} and len(heldout) == 2 * 2  # base and SFT, n = 2
 
 
-@pytest.mark.slow
-def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, tiny, monkeypatch):
+def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, tiny, monkeypatch, training):
     """``[heldout] base = false``: a run that repeats a measured base model samples and scores only the SFT
     model (n samples of each held-out problem instead of 2n), and its metrics carry no ``base_`` keys."""
     from tests import fakes_hooks
@@ -194,8 +191,9 @@ def test_heldout_base_false_skips_the_base_models_evaluation(plugins, tmp_path, 
     assert "heldout_pass@1" in state["metrics"]["00-sft"]
 
 
-@pytest.mark.slow
-def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins, tmp_path, tiny, monkeypatch):
+def test_a_training_probe_scores_the_same_training_problems_in_every_run(
+    plugins, tmp_path, tiny, monkeypatch, training
+):
     """``[heldout] probe = N``: at every held-out evaluation, N training problems (never held-out ones) are
     sampled and scored too, in the first language, under ``probe_`` keys and ``probe-`` files; which N is fixed
     by the config, not the run's seed, so seeds and ablations share one training-side curve."""
@@ -219,8 +217,7 @@ def test_a_training_probe_scores_the_same_training_problems_in_every_run(plugins
     assert sampled == probe | {"1_ReLU"}
 
 
-@pytest.mark.slow
-def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, tmp_path, tiny, monkeypatch):
+def test_calibration_measures_every_task_before_the_first_coder_phase(plugins, tmp_path, tiny, monkeypatch, training):
     """``[task_mix] calibrate = k``: before the first Coder phase, k samples of every task from the Coder,
     evaluated, their pass rates filed as round 0 (so the first round's draw leans to the frontier, as later
     rounds' measured rates do); a later Coder phase, or a resumed one, does not calibrate again."""

@@ -385,8 +385,7 @@ def test_worker_warm_up_compiles_and_a_failure_does_not_stop_the_worker(monkeypa
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_evaluator_on_cpu_files_compile_errors_and_refuses_to_run(plugins, tmp_path):
+def test_evaluator_on_cpu_files_compile_errors_and_refuses_to_run(plugins, tmp_path, own_workers, native_build):
     pm = plugins("kz_cuda")
     problems = [p for p in load_problems("builtin:1", pm=pm) if p.name == "1_ReLU"]
     broken = candidate(kernel_line="    if (i < n) out[i] = fmaxf(x[i], 0.0f)")

@@ -80,7 +80,7 @@ def write(tmp_path: Path, source: str, stem: str = "kz_inline_candidate") -> Pat
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, native_build):
     """Prebuild the good and the broken C++ module (the good one listed twice) into a fresh cache with two
     parallel build processes; the cache stays this module's KZ_CACHE."""
     cache = tmp_path_factory.mktemp("kz-cache")
@@ -164,7 +164,6 @@ def test_toolchain_names_torch_the_compilers_and_the_python_abi():
 # ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_prebuild_builds_candidates_in_parallel_processes(built):
     good, broken, again = built["outcomes"]
     assert good.status is BuildStatus.BUILT, good.log
@@ -178,7 +177,6 @@ def test_prebuild_builds_candidates_in_parallel_processes(built):
     assert built["wall"] < 0.9 * (good.seconds + broken.seconds), (built["wall"], good.seconds, broken.seconds)
 
 
-@pytest.mark.slow
 def test_compile_errors_are_trimmed_to_the_errors_on_the_candidates_lines(built):
     log = built["outcomes"][1].log
     assert log.startswith("load_inline could not build the extension (the C++ compiler):")
@@ -192,7 +190,6 @@ def test_compile_errors_are_trimmed_to_the_errors_on_the_candidates_lines(built)
     assert len(log.splitlines()) <= 1 + 2 * 3  # header + two errors with at most two context lines each
 
 
-@pytest.mark.slow
 def test_second_build_is_a_cache_hit(built, tmp_path):
     import torch
 
@@ -213,7 +210,6 @@ def test_second_build_is_a_cache_hit(built, tmp_path):
     assert torch.equal(module.ModelNew()(torch.zeros(3)), torch.ones(3))
 
 
-@pytest.mark.slow
 def test_a_cached_compile_error_is_raised_without_building_again(built, tmp_path, plugins):
     pm = plugins("kz_cuda")
     t0 = time.perf_counter()
@@ -297,8 +293,7 @@ def test_builtin_solutions_are_found_by_language(plugins):
     assert {c.language for c in solutions} == {"cuda-inline"}
 
 
-@pytest.mark.slow
-def test_evaluator_verdicts_on_cpu(cpu_torch, plugins, tmp_path, monkeypatch):
+def test_evaluator_verdicts_on_cpu(cpu_torch, plugins, tmp_path, monkeypatch, own_workers):
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
     pm = plugins("kz_cuda")
     problems = [p for p in load_problems("builtin:1", pm=pm) if p.name == "1_ReLU"]
@@ -343,8 +338,9 @@ def test_kz_prepare_candidates(plugins, tmp_path, monkeypatch):
     assert recorder.calls == [("python", [code, code], config, 0)]
 
 
-@pytest.mark.slow
-def test_kz_cuda_prepares_only_candidates_that_pass_the_static_check(cpu_torch, tmp_path, monkeypatch, plugins):
+def test_kz_cuda_prepares_only_candidates_that_pass_the_static_check(
+    cpu_torch, tmp_path, monkeypatch, plugins, native_build
+):
     # This torch cannot build CUDA, so prepare() would skip everything; pretend it can: the build process
     # (which checks for itself) then reports the extension as unbuildable, which proves it ran the module.
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))

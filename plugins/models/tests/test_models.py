@@ -304,8 +304,7 @@ def test_hf_without_chat_template_uses_a_plain_transcript(tiny_dir):
 # -- smollm2 -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_smollm2_converts_once_and_chats(plugins, tmp_path, monkeypatch):
+def test_smollm2_converts_once_and_chats(plugins, tmp_path, monkeypatch, real_model):
     from kz_models.smollm2 import ensure_checkpoint
 
     monkeypatch.setenv("KZ_CACHE", str(tmp_path))

@@ -47,7 +47,7 @@ KILL_PARENT = (
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(own_workers):
     ray.init(num_cpus=3, include_dashboard=False, logging_level=logging.WARNING)
     yield
     ray.shutdown()
@@ -103,7 +103,6 @@ def test_plugin_is_installed():
     assert executors(pm).owners["ray"] == "kz_ray"
 
 
-@pytest.mark.slow
 def test_builtin_solutions_get_the_local_executors_verdicts(pool, suite):
     names = ["1_ReLU", "3_Sigmoid", "1_Gemm_BiasAdd_ReLU"]  # the last: nn.Linear weights, level 2
     jobs = [job(suite, name) for name in names]
@@ -119,7 +118,6 @@ def test_builtin_solutions_get_the_local_executors_verdicts(pool, suite):
     assert pool.info["device_name"] == "cpu" and pool.info["torch"]
 
 
-@pytest.mark.slow
 def test_problem_travels_as_source(pool, suite, tmp_path):
     # The problem's path names a broken file here; a node must evaluate the source the driver read.
     broken = tmp_path / "1_ReLU.py"
@@ -130,7 +128,6 @@ def test_problem_travels_as_source(pool, suite, tmp_path):
     assert result.status is Status.CORRECT, result.message
 
 
-@pytest.mark.slow
 def test_crash_and_hang_cost_a_worker_not_the_actor(pool, suite):
     short = EvalConfig(device="cpu", trials=2, timeout_s=3)
     actors = [ray.get(s.actor.info.remote())["actor_pid"] for s in pool.slots]
@@ -152,7 +149,6 @@ def test_crash_and_hang_cost_a_worker_not_the_actor(pool, suite):
     assert [ray.get(s.actor.info.remote())["actor_pid"] for s in pool.slots] == actors
 
 
-@pytest.mark.slow
 def test_a_job_whose_actor_dies_is_retried_once_then_filed(pool, suite):
     jobs = [
         job(suite, "1_ReLU", source=KILL_PARENT, sample=0),
@@ -173,7 +169,6 @@ def test_a_job_whose_actor_dies_is_retried_once_then_filed(pool, suite):
     assert after.status is Status.CORRECT
 
 
-@pytest.mark.slow
 def test_close_kills_the_actor_and_a_worker_mid_candidate(cluster, suite):
     with RayPool(workers=1, config=CONFIG, plugins=SPECS) as one:
         (slot,) = one.slots
@@ -221,7 +216,6 @@ def test_slot_workers_die_with_the_process_that_started_them():
     assert is_gone(child), "the worker outlived the process that started it"
 
 
-@pytest.mark.slow
 def test_kz_eval_with_the_ray_executor(cluster, plugins, tmp_path, capsys):
     plugins("kz_triton", "kz_ray")
     problems, solutions = tmp_path / "problems" / "level1", tmp_path / "solutions" / "level1"
