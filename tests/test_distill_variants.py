@@ -226,6 +226,7 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
     from kzcore.train.config import DistillSection, TrainConfig
     from kzcore.train.context import RunContext
     from kzcore.train.distill import DistillSummary
+    from kzcore.train.tasks import RunProblems
 
     seen = {}
 
@@ -238,14 +239,14 @@ def test_trainer_passes_the_distill_keys_and_its_heldout_names(monkeypatch, tmp_
     executor = object()  # the run's one executor: distillation evaluates through it
     config = attrs.evolve(TrainConfig(), distill=section)
     heldout = [ORIGINAL["3_Sigmoid"], ORIGINAL["2_GELU"]]
-    fake = SimpleNamespace(
-        config=config, pm=None, context=RunContext(config, executor=executor),
-        problems=SimpleNamespace(coldstart=[], heldout=heldout, near={(1, "fam_gelu")}),
-    )  # fmt: skip
+    context = RunContext(config, executor=executor)
+    validation = [ORIGINAL["1_ReLU"]]  # [heldout] validation problems: never distilled either
+    problems = RunProblems(context, heldout, coldstart=[], near={(1, "fam_gelu")}, validation=validation)
+    fake = SimpleNamespace(config=config, pm=None, context=context, problems=problems)
     out = trainer_mod.Trainer.distill(fake, None, tmp_path)
     keys = ("variants", "variant_seed", "keep_reasoning", "max_new_tokens")
     assert [seen[k] for k in keys] == [7, 3, False, 512]
     assert seen["executor"] is executor
-    assert seen["exclude"] == ["3_Sigmoid", "2_GELU"] and out["variants"]["triton"]["kept"] == 1
+    assert seen["exclude"] == ["3_Sigmoid", "2_GELU", "1_ReLU"] and out["variants"]["triton"]["kept"] == 1
     assert seen["drop_variants"] == {"fam_gelu"}  # [heldout] decontaminate = "drop-train"'s near-duplicates
     assert DistillSection() == DistillSection(variants=0, variant_seed=0, keep_reasoning=True, max_new_tokens=4096)

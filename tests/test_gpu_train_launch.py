@@ -69,10 +69,15 @@ def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all runs ended" in proc.stdout
-    exits = (kzm / "exits.log").read_text().split("\n")
-    names = [line.split()[0] for line in exits if line]
-    assert names == ["main", "kb-seed0-sft", "kb-seed0-rft", "main"]  # until SFT, the forks, the main job again
-    assert all(" exit 0 " in line for line in exits if line)
+    exits = [line for line in (kzm / "exits.log").read_text().split("\n") if line]
+    names = [line.split()[0] for line in exits]
+    # the main job until SFT ends first; then the forks and the resumed main job run side by side
+    assert names[0] == "main" and sorted(names[1:]) == ["kb-seed0-rft", "kb-seed0-sft", "main"]
+    assert all(" exit 0 " in line for line in exits)
+    trains = [line for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("-m kzcore.cli train")]
+    started = [line.split("--config ")[1] for line in trains]
+    assert started[0] == f"{configs}/kb-seed0.toml --until 00-sft" and started[3] == f"{configs}/kb-seed0.toml"
+    assert sorted(started[1:3]) == [f"{configs}/kb-seed0-rft.toml", f"{configs}/kb-seed0-sft.toml"]
     for arm, method in (("kb-seed0", "ca-grpo"), ("kb-seed0-sft", "sft"), ("kb-seed0-rft", "rft")):
         state = json.loads((tree / "runs" / arm / "state.json").read_text())
         assert state["done"] == ["00-distill", "00-sft", "01-coder"]
