@@ -116,9 +116,8 @@ def _partial_report(out: Path, stderr: str, script: str) -> dict:
     return report
 
 
-@pytest.mark.slow  # a worker pool on the CPU (~10 s)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the pool's workers from /proc (Linux)")
-def test_harness_cut_by_sigterm_keeps_the_latencies_measured(tmp_path):
+def test_harness_cut_by_sigterm_keeps_the_latencies_measured(tmp_path, own_workers):
     """bench/harness.py on the CPU (interpreter, small sizes), SIGTERM once the first latency is printed: exit
     143, the latency rows so far in a partial report with their summary, the pool's workers gone."""
     out = tmp_path / "out" / "harness.json"
@@ -133,9 +132,8 @@ def test_harness_cut_by_sigterm_keeps_the_latencies_measured(tmp_path):
     _pool_closed(workers, scratch)
 
 
-@pytest.mark.slow  # a worker pool on the CPU (~10 s)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the pool's workers from /proc (Linux)")
-def test_faults_cut_by_sigterm_counts_what_ran_and_loses_nothing(tmp_path):
+def test_faults_cut_by_sigterm_counts_what_ran_and_loses_nothing(tmp_path, own_workers):
     """bench/faults.py on the CPU, SIGTERM after its first result: exit 143; the partial report counts the
     results it had, the jobs without one as not run (not lost), no harness crash; the pool's workers gone."""
     out = tmp_path / "out" / "faults.json"
@@ -150,8 +148,7 @@ def test_faults_cut_by_sigterm_counts_what_ran_and_loses_nothing(tmp_path):
     _pool_closed(workers, scratch)
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 on the CPU (~5 s)
-def test_triton_compile_cut_by_sigterm_keeps_the_kernels_compiled(tmp_path):
+def test_triton_compile_cut_by_sigterm_keeps_the_kernels_compiled(tmp_path, native_build):
     """bench/triton_compile.py (no GPU needed), SIGTERM once the first kernel's time is printed: exit 143 and the
     kernels compiled so far in a partial report."""
     out = tmp_path / "out" / "compile.json"
@@ -269,8 +266,7 @@ def test_interference_probe_report_of_a_run_cut_in_its_second_activity(bench):
     assert report["timelines"] == [] and report["wall_s"] >= 0
 
 
-@pytest.mark.slow
-def test_train_step_bench_runs_a_grpo_step_on_cpu(tmp_path):
+def test_train_step_bench_runs_a_grpo_step_on_cpu(tmp_path, training):
     """bench/train_step.py end to end on a CPU with a tiny model (gpu-check's train-step stage runs it on the GPU):
     one GRPO step through the evaluator pool, the report complete. It had fallen behind the trainer's
     ``task_dataset`` signature, found only on reading it."""

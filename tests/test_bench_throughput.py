@@ -38,3 +38,24 @@ def test_the_report_gives_each_counts_mean_wall_and_its_speedup_over_the_first(t
 def test_an_unknown_problem_is_named(throughput):
     with pytest.raises(SystemExit, match="no built-in level-1 problem 99_Nothing"):
         throughput.batch(["1_ReLU", "99_Nothing"], 2)
+
+
+def test_a_cpu_run_measures_each_worker_count_and_writes_its_report(tmp_path, own_workers):
+    """The bench end to end on the CPU (Triton's interpreter, small sizes): two counts, one pool each."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "throughput.json"
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "bench", "run", "throughput", "--device", "cpu", "--size", "small",
+           "--problems", "1_ReLU,3_Sigmoid", "--samples", "2", "--workers", "1,2", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1", "KZ_LOAD_PLUGINS": "triton,suites"}
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["partial"] is False and [r["workers"] for r in report["runs"]] == [1, 2]
+    assert all(r["candidates"] == 4 and r["correct"] == 4 for r in report["runs"])
+    assert set(report["speedup_vs_first"]) == {"1", "2"} and isinstance(report["meets_target"], bool)

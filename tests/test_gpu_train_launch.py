@@ -45,7 +45,8 @@ exec "$KZ_TEST_PY" "$@"
 """
 
 
-def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path):
+def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path, timeout_wait):
+    # timeout_wait: the launcher polls the main job's state every 5 s, by design
     tree = tmp_path / "tree"
     for sub in ("scripts", "configs", "experiments"):
         shutil.copytree(ROOT / sub, tree / sub, ignore=shutil.ignore_patterns("results", "__pycache__"))

@@ -16,7 +16,6 @@ TEST_DIRS = [ROOT / "tests", *sorted((ROOT / "plugins").glob("*/tests"))]
 # file -> (hand slow marks it carries, why they stay)
 HAND_MARKS = {
     "tests/test_faults.py": (1, "the network test picks its pool at run time (request.getfixturevalue)"),
-    "tests/test_bench_partial.py": (4, "bench runs in subprocesses; own_workers, native_build, training would fit"),
 }
 HAND_MARK = re.compile(r"\bmark\.slow\b")
 
