@@ -127,3 +127,16 @@ def test_compose_makes_the_proposer_cold_start_modules_for_the_run_decontaminate
     assert lines and lines[0].startswith("Proposer cold start: 3 composed modules")
     again = Trainer(config, log=lines.append).problems.proposer_cold_start_problems()
     assert len([p for p in again if p.name.startswith("composed_")]) == 3 and len(calls) == 1  # read back
+
+
+def test_the_plan_names_frozen_proposer_phases_and_the_held_out_schedule(plugins, tmp_path):
+    from kzcore.train.plan import format_plan, training_plan
+
+    pm = plugins("kz_triton", "kz_models")
+    config = trainer(tmp_path, phases="ends", validation=2).config
+    config = attrs.evolve(config, schedule=attrs.evolve(config.schedule, freeze_proposer_at_step=0))
+    lines = format_plan(training_plan(config, 1, pm=pm))
+    phases = next(line for line in lines if line.startswith("phases: "))
+    assert "01-proposer (frozen: proposes, does not train), 01-coder (1 steps)" in phases
+    held = next(line for line in lines if line.startswith("held-out: "))
+    assert "after the base model, SFT and the last Coder phase; 2 cold-start problems kept out of training" in held

@@ -254,7 +254,18 @@ def format_plan(plan: dict) -> list[str]:
     """The plan as lines for a terminal."""
     lines = [f"processes: {plan['processes']} (one GPU each)"]
     lines.append(
-        "phases: " + ", ".join(p["id"] + (f" ({p['steps']} steps)" if p["steps"] else "") for p in plan["phases"])
+        "phases: "
+        + ", ".join(
+            p["id"]
+            + (
+                " (frozen: proposes, does not train)"
+                if p.get("frozen")
+                else f" ({p['steps']} steps)"
+                if p["steps"]
+                else ""
+            )
+            for p in plan["phases"]
+        )
     )
     for role, model in plan["models"].items():
         lines.append(f"{role}: {_describe(model)}")
