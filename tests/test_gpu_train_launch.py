@@ -45,8 +45,11 @@ exec "$KZ_TEST_PY" "$@"
 """
 
 
-def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path, timeout_wait):
-    # timeout_wait: the launcher polls the main job's state every 5 s, by design
+CONFIGS = "experiments/kernelbench/configs"
+
+
+def launch(tmp_path, **env_vars) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """scripts/gpu-train launch in a copy of the tree, with the stand-in python: (process, tree, KZM folder)."""
     tree = tmp_path / "tree"
     for sub in ("scripts", "configs", "experiments"):
         shutil.copytree(ROOT / sub, tree / sub, ignore=shutil.ignore_patterns("results", "__pycache__"))
@@ -56,19 +59,26 @@ def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_
     python.chmod(0o755)
     kzm = tmp_path / "kzm"
     kzm.mkdir()
-    configs = "experiments/kernelbench/configs"
+    configs = CONFIGS
     env = {
         **os.environ,
         "PYTHON": str(python), "KZM": str(kzm), "KZ_TEST_CALLS": str(tmp_path / "calls"),
         "KZ_TEST_PY": sys.executable, "KZ_TEST_FAKE": str(tmp_path / "fake_train.py"),
         "KZ_MAIN": f"{configs}/kb-seed0.toml", "KZ_SEEDS": "",
         "KZ_FORKS": f"{configs}/kb-seed0-sft.toml {configs}/kb-seed0-rft.toml",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(ROOT), **env_vars,
     }  # fmt: skip
     proc = subprocess.run(
         ["bash", "scripts/gpu-train", "launch"], cwd=tree, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, tree, kzm
+
+
+def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path, timeout_wait):
+    # timeout_wait: the launcher polls the main job's state every 5 s, by design
+    proc, tree, kzm = launch(tmp_path)
+    configs = CONFIGS
     assert "all runs ended" in proc.stdout
     exits = [line for line in (kzm / "exits.log").read_text().split("\n") if line]
     names = [line.split()[0] for line in exits]
@@ -87,3 +97,14 @@ def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_
     assert forked["forked_from"] == "runs/kb-seed0"
     calls = (tmp_path / "calls").read_text()
     assert "--until 00-sft" in calls and "gpu-small" not in calls  # no seed fork of the default experiment
+
+
+def test_a_session_of_forks_only_stops_the_main_job_after_sft(tmp_path, timeout_wait):
+    """KZ_MAIN_UNTIL=00-sft: the seed's cold start again, the named forks from it, and the main job not resumed
+    (its CA-GRPO arm ran in an earlier session)."""
+    forks = f"{CONFIGS}/kb-seed0-frozen.toml"
+    proc, tree, kzm = launch(tmp_path, KZ_FORKS=forks, KZ_MAIN_UNTIL="00-sft")
+    names = [line.split()[0] for line in (kzm / "exits.log").read_text().split("\n") if line]
+    assert names == ["main", "kb-seed0-frozen"]
+    assert json.loads((tree / "runs" / "kb-seed0" / "state.json").read_text())["done"] == ["00-distill", "00-sft"]
+    assert json.loads((tree / "runs" / "kb-seed0-frozen" / "state.json").read_text())["done"][-1] == "01-coder"
