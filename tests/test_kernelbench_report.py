@@ -65,6 +65,8 @@ def test_rows_and_paired_differences(tmp_path):
     assert all(s["t95"] is None and s["seeds"] == 1 for s in across)  # one seed: no interval across seeds
     text = out.with_suffix(".md").read_text()
     assert text.startswith("## Held-out: KernelBench") and "| ca-grpo-s0 | 02-coder | all | cuda | 3 | 0.833 [" in text
+    assert "## Self-play" in text and report["self_play"]["sft-s0"]["rounds"] == []  # no pool: nothing proposed
+    assert out.with_suffix(".png").stat().st_size > 0
 
 
 def test_a_run_without_held_out_records_is_refused(tmp_path, capsys):
@@ -82,3 +84,38 @@ def test_across_seeds_each_trained_model_counts_once():
     mean, low, high = t_interval([0.1, 0.2, 0.3])
     assert mean == pytest.approx(0.2) and high - mean == pytest.approx(4.303 * 0.1 / 3**0.5)
     assert t_interval([0.2]) is None
+
+
+def test_self_play_rounds_and_targets(tmp_path):
+    """Round 1: 4 modules, 2 accepted (one measured at the frontier, one never solved); round 2: 2 of 2 accepted,
+    one at the frontier; the Coder's prompts from the Proposer 40 % in round 2."""
+    from experiments.kernelbench import selfplay
+    from kzcore.proposer.gates import GATE_ORDER, GateResult
+    from kzcore.proposer.pool import PassRate, TaskRecord, append_records
+
+    ok = {g: GateResult(True) for g in GATE_ORDER}
+    bad = {GATE_ORDER[0]: GateResult(False, "missing a requested API")}
+
+    def record(i, rnd, gates, passed=None, apis=("Exp",)):
+        rates = (PassRate(rnd, 4, passed),) if passed is not None else ()
+        return TaskRecord(id=f"m{i}", apis=apis, level=1, code="x", gates=gates, pass_rates=rates,
+                          provenance={"round": rnd}, dedup_key=f"k{i}")  # fmt: skip
+
+    run = tmp_path / "run"
+    run.mkdir()
+    append_records(run / "pool.jsonl", [
+        record(1, 1, ok, 2), record(2, 1, ok, 0, apis=("Sum",)), record(3, 1, bad), record(4, 1, bad),
+        record(5, 2, ok, 1), record(6, 2, ok, 4),
+    ])  # fmt: skip
+    metrics = {"01-coder": {"proposer_task_share": 0.0}, "02-coder": {"proposer_task_share": 0.4},
+               "01-proposer": {"top_template_share": 0.5}}  # fmt: skip
+    (run / "state.json").write_text(json.dumps({"done": list(metrics), "metrics": metrics}))
+    rows = selfplay.rounds(run)
+    assert [(r["round"], r["proposed"], r["accepted"]) for r in rows] == [(1, 4, 2), (2, 2, 2)]
+    assert rows[0]["acceptance"] == 0.5 and rows[0]["api_sets"] == 2 and rows[0]["frontier_share"] == 0.5
+    assert rows[0]["first_failed_gate"] == {GATE_ORDER[0]: 2} and rows[0]["top_template_share"] == 0.5
+    assert rows[1]["frontier_share"] == 0.5 and rows[1]["proposer_task_share"] == 0.4
+    assert selfplay.targets(rows) == {"acceptance": True, "frontier_share": True, "proposer_task_share": True}
+    falling = [dict(rows[0], acceptance=0.6), dict(rows[1], acceptance=0.4)]
+    assert selfplay.targets(falling)["acceptance"] is False  # above 30 % but falling
+    assert selfplay.targets([]) == {"acceptance": None, "frontier_share": None, "proposer_task_share": None}

@@ -12,7 +12,9 @@ PyTorch beyond the pair's measured noise: kzcore.metrics.is_faster), each with a
 over problems (resampled with a fixed seed). Per seed, the difference of each arm's final model from the SFT
 model it started from and from the other arms, paired by problem, with its bootstrap interval; across seeds,
 the mean difference with a t interval over the seeds (each trained model counts once, not its samples).
-Writes OUT.json and OUT.md (the headline table first)."""
+Beside them, each run's self-play figures against issue 33's targets (selfplay.py: the Proposer's acceptance,
+distinct API sets, frontier share per round, the Coder's share of Proposer tasks). Writes OUT.json, OUT.md (the
+headline table first) and OUT.png (pass@1 with intervals; acceptance per round)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from experiments.kernelbench import selfplay  # noqa: E402
 from kzcore.metrics import is_faster, pass_at_k  # noqa: E402
 from kzcore.results import read_results  # noqa: E402
 
@@ -187,6 +190,38 @@ def markdown(rows: list[dict], compared: list[dict], n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(rows: list[dict], play: dict[str, list[dict]], path: Path) -> None:
+    """OUT.png: each model's pass@1 over all kept problems with its interval, per language and scored phase; and
+    each model's Proposer acceptance per round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    overall = [r for r in rows if r["level"] == "all"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.35 * max(len(overall), 8) + 1.5))
+    labels = [f"{r['model']} {r['phase']} {r['language']}" for r in overall]
+    for y, r in enumerate(overall):
+        s = r["pass@1"]
+        left.errorbar(s["mean"], y, xerr=[[s["mean"] - s["ci95"][0]], [s["ci95"][1] - s["mean"]]], fmt="o",
+                      color=f"C{sorted({x['arm'] for x in overall}).index(r['arm'])}")  # fmt: skip
+    left.set_yticks(range(len(overall)), labels, fontsize=7)
+    left.set_xlabel("KernelBench pass@1 (95 % bootstrap interval over problems)")
+    for j, (name, rounds) in enumerate(play.items()):
+        pts = [(r["round"], r["acceptance"]) for r in rounds if r["acceptance"] is not None]
+        if pts:
+            right.plot(*zip(*pts), marker="os^Dv"[j % 5], label=name)
+    right.axhline(selfplay.TARGETS["acceptance"], ls=":", color="grey")
+    right.set_xlabel("round")
+    right.set_ylabel("Proposer acceptance (all gates)")
+    right.set_ylim(-0.05, 1.05)
+    if right.lines[1:]:
+        right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="ARM-sSEED=RUN_DIR (e.g. ca-grpo-s0=runs/kb-seed0)")
@@ -205,10 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = (run, tables)
         rows += model_rows_
     compared = comparisons(models)
+    play = {name: selfplay.rounds(run) for name, (run, _) in models.items()}
+    report = {
+        "rows": rows, "comparisons": compared,
+        "self_play": {name: {"rounds": r, "targets": selfplay.targets(r)} for name, r in play.items()},
+    }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"rows": rows, "comparisons": compared}, indent=1))
-    text = markdown(rows, compared, args.n)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    text = markdown(rows, compared, args.n) + "\n" + "\n".join(selfplay.markdown(play)) + "\n"
     args.out.with_suffix(".md").write_text(text)
+    plot(rows, play, args.out.with_suffix(".png"))
     print(text)
     return 0
 
