@@ -262,6 +262,7 @@ def test_ctrl_c_while_eval_samples_from_a_policy(tmp_path, own_workers):
     assert len(read_jsonl(completions)) == 1 and not out.exists()
     resumed = kz(*args, "--policy", "pylang-echo")
     assert resumed.returncode == 0, resumed.stderr
+    assert "sampled 2 completions (" in resumed.stderr and "evaluated 3 candidates in" in resumed.stderr  # its cost
     names = [row["problem"] for row in read_jsonl(completions)]
     assert sorted(names) == ["1_ReLU", "3_Sigmoid", "5_Softplus"]  # none asked twice
 

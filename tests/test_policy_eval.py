@@ -108,4 +108,7 @@ def test_extra_candidates_share_the_results_file_and_a_second_call_reuses_both_f
         Silent(), *args, *files, workers=1, extra=[(sigmoid, extra)], on_start=lambda *n: starts.append(n), pm=pm
     )
     assert starts == [(2, 0)] and len(again.results) == 2
+    # what each call spent: one completion sampled the first time (the echo policy counts no tokens), none again
+    assert first.cost["sampled_completions"] == 1 and first.cost["results"] == 2
+    assert again.cost["sampled_completions"] == 0 and again.cost["tokens_per_s"] is None
     assert len(read_headers(files[1])) == 1

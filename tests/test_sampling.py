@@ -101,7 +101,7 @@ def test_the_cost_of_a_held_out_evaluation_counts_only_what_was_sampled_now(tmp_
     tokens/s reads the rows sampled now over the sampling time; nothing sampled gives no rate, not 0."""
     import json
 
-    from kzcore.train.scoring import sampling_cost
+    from kzcore.evaluate.policy_eval import cost_line, sampling_cost
 
     path = tmp_path / "completions-triton.jsonl"
     rows = [
@@ -111,10 +111,15 @@ def test_the_cost_of_a_held_out_evaluation_counts_only_what_was_sampled_now(tmp_
         {"problem": "2_B", "level": 1, "language": "cuda", "sample": 0, "completion": "w", "tokens": 999},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cost = sampling_cost(path, "triton", {(1, "1_A")}, {"sampling_s": 2.0, "evaluating_s": 1.5}, results=3)
+    cost = sampling_cost(path, "triton", {(1, "1_A")}, sampling_s=2.0, evaluating_s=1.5, results=3)
     assert cost == {
         "sampled_completions": 2, "generated_tokens": 40, "sampling_s": 2.0, "tokens_per_s": 20.0,
         "evaluating_s": 1.5, "results": 3,
     }  # fmt: skip
-    reused = sampling_cost(path, "triton", {(1, "1_A"), (1, "2_B")}, {"sampling_s": 0.0, "evaluating_s": 0.2}, 3)
+    reused = sampling_cost(path, "triton", {(1, "1_A"), (1, "2_B")}, 0.0, 0.2, 3)
     assert reused["sampled_completions"] == 0 and reused["tokens_per_s"] is None
+    assert (
+        cost_line(cost, path)
+        == "sampled 2 completions (40 tokens) in 2.0 s, 20.0 tokens/s; evaluated 3 candidates in 1.5 s"
+    )
+    assert cost_line(reused, path).startswith(f"completions reused from {path}; evaluated 3 candidates")

@@ -69,7 +69,7 @@ def _sample_and_evaluate(args, problems, config, out: Path, display, console):
     """`kz eval --policy`: (the candidates sampled into --completions, their results), by `evaluate_policy`;
     the policy is closed before the candidates run."""
     from kzcore.cli.sample import _sampling_params, _sampling_progress
-    from kzcore.evaluate.policy_eval import evaluate_policy
+    from kzcore.evaluate.policy_eval import cost_line, evaluate_policy
     from kzcore.policy import load_policy
 
     completions = Path(args.completions or out.with_suffix(".completions.jsonl"))
@@ -87,6 +87,7 @@ def _sample_and_evaluate(args, problems, config, out: Path, display, console):
         close_policy=True, sampling=sampling, on_sampled=on_sampled, evaluating=display.progress,
         on_start=display.on_start, on_result=display.on_result, on_stale=display.on_stale,
     )  # fmt: skip
+    console.print(cost_line(evaluation.cost, completions))
     return evaluation.candidates, evaluation.results
 
 

@@ -5,6 +5,7 @@ distillation's teacher and the trainer's held-out scoring, which score the verdi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -29,6 +30,7 @@ class PolicyEvaluation:
 
     candidates: list[Candidate]
     results: list[EvalResult]
+    cost: dict = attrs.Factory(dict)  # what the call spent (`sampling_cost`)
 
 
 def evaluate_policy(
@@ -67,20 +69,25 @@ def evaluate_policy(
     GPU's included) is free for the candidates. Progress: ``sampling`` (see `SamplingProgress`) wraps the
     sampling; ``on_sampled`` hears the candidates before any is evaluated (it may raise to stop there);
     ``evaluating`` is the context the evaluation runs in; ``on_start``, ``on_result`` and ``on_stale`` go to
-    `evaluate`."""
+    `evaluate`. The returned ``cost`` says what the call spent (`sampling_cost`)."""
+    before = sampled_problems(completions, language)
+    t0 = time.perf_counter()
     candidates = _sample(
         policy, problems, language, params, completions, template, batch_size, close_policy, sampling, pm
     )
+    sampling_s = time.perf_counter() - t0
     if on_sampled:
         on_sampled(candidates)
     judged = list(problems) + [problem for problem, _ in extra]
+    t1 = time.perf_counter()
     pool = executor() if callable(executor) else executor
     with nullcontext() if evaluating is None else evaluating:
         verdicts = evaluate(
             judged, candidates + [candidate for _, candidate in extra], config, results, executor=pool,
             workers=workers, on_result=on_result, on_start=on_start, on_stale=on_stale, pm=pm,
         )  # fmt: skip
-    return PolicyEvaluation(candidates, verdicts)
+    cost = sampling_cost(completions, language, before, sampling_s, time.perf_counter() - t1, len(verdicts))
+    return PolicyEvaluation(candidates, verdicts, cost)
 
 
 def _sample(
@@ -103,8 +110,48 @@ def _sample(
 def already_sampled(path: Path, problems: list[Problem], language: str) -> int:
     """How many of ``problems`` already have completions in ``language`` in ``path`` (sample_candidates asks
     the policy only for the others)."""
-    if not path.exists():
-        return 0
-    rows = read_completions(path, on_skip=lambda message: None)  # sample_candidates reports a torn line
-    done = {(r["level"], r["problem"]) for r in rows if r.get("language") == language}
+    done = sampled_problems(path, language)
     return sum((p.level, p.name) in done for p in problems)
+
+
+def sampled_problems(path: Path, language: str) -> set[tuple[int, str]]:
+    """The (level, problem) keys with completions in ``language`` in ``path`` (none when it does not exist)."""
+    if not path.exists():
+        return set()
+    rows = read_completions(path, on_skip=lambda message: None)  # sample_candidates reports a torn line
+    return {(r["level"], r["problem"]) for r in rows if r.get("language") == language}
+
+
+def sampling_cost(path: Path, language: str, before: set, sampling_s: float, evaluating_s: float, results: int) -> dict:
+    """What one `evaluate_policy` call spent, so that the cost of scoring a checkpoint is known before the next
+    is run: ``sampled_completions`` and ``generated_tokens`` (the rows of problems not in ``before``, i.e.
+    sampled now, not reused; tokens where the backend reports them), ``sampling_s``, ``tokens_per_s`` (None
+    when nothing was sampled or no token was counted), ``evaluating_s`` (the evaluation's wall time, the
+    executor's start and reused verdicts included) and ``results``."""
+    rows = [
+        r
+        for r in read_completions(path, on_skip=lambda m: None)
+        if r.get("language") == language and (r["level"], r["problem"]) not in before
+    ] if path.exists() else []  # fmt: skip
+    tokens = sum(r.get("tokens", 0) for r in rows)
+    return {
+        "sampled_completions": len(rows),
+        "generated_tokens": tokens,
+        "sampling_s": round(sampling_s, 3),
+        "tokens_per_s": round(tokens / sampling_s, 1) if tokens and sampling_s > 0 else None,
+        "evaluating_s": round(evaluating_s, 3),
+        "results": results,
+    }
+
+
+def cost_line(cost: dict, completions: Path) -> str:
+    """One line on what `evaluate_policy` spent, for a command's output."""
+    if not cost.get("sampled_completions"):
+        sampled = f"completions reused from {completions}"
+    else:
+        rate = f", {cost['tokens_per_s']} tokens/s" if cost.get("tokens_per_s") else ""
+        sampled = (
+            f"sampled {cost['sampled_completions']} completions ({cost['generated_tokens']} tokens) in "
+            f"{cost['sampling_s']:.1f} s{rate}"
+        )
+    return f"{sampled}; evaluated {cost['results']} candidates in {cost['evaluating_s']:.1f} s"

@@ -14,7 +14,6 @@ from kzcore.evaluate.policy_eval import evaluate_policy
 from kzcore.metrics import summarize
 from kzcore.policy import SamplingParams
 from kzcore.progress import Progress
-from kzcore.sampling import read_completions
 from kzcore.train.context import RunContext
 from kzcore.types import EvalResult, Problem
 
@@ -27,22 +26,17 @@ def sample_and_evaluate(
     executor (``context``: also its Coder prompt template, plugins and log), by `evaluate_policy`. Completions
     and verdicts go to ``out/{files}completions-{language}.jsonl`` and ``out/{files}results-{language}.jsonl``
     (both resume); what an earlier run left there is reused, and the progress lines say so rather than count it
-    as done now. ``cost``, when given, receives what this call spent (`sampling_cost`)."""
+    as done now. ``cost``, when given, receives what this call spent (kzcore.evaluate.policy_eval.sampling_cost)."""
     label = f"{where}: sampling {params.n} per problem"
-    completions = out / f"{files}completions-{language}.jsonl"
-    spent = {"sampling_s": 0.0, "evaluating_s": 0.0}
-    before = sampled_problems(completions, language)
 
     @contextmanager
     def sampling(reused: int, todo: int) -> Iterator[Callable[[int], None]]:
         if reused:
             context.log(f"{label}: {reused}/{len(problems)} reused from an earlier run")
-        t0 = time.perf_counter()
         with Progress(label, None, context.log) as bar:
             if todo:
                 bar.start(todo)
             yield bar.advance
-        spent["sampling_s"] = time.perf_counter() - t0
 
     evaluating = Progress(f"{where}: evaluating", None, context.log)
     correct = 0
@@ -61,54 +55,15 @@ def sample_and_evaluate(
     def on_stale(stale: list[EvalResult]) -> None:
         context.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
 
-    def on_sampled(candidates) -> None:
-        spent["evaluating_s"] = time.perf_counter()  # the start; the span once evaluation returns
-
     evaluation = evaluate_policy(
-        policy, problems, language, params, context.config.eval, completions,
+        policy, problems, language, params, context.config.eval, out / f"{files}completions-{language}.jsonl",
         out / f"{files}results-{language}.jsonl", template=context.config.prompts.coder_template,
         batch_size=prompts_per_call(policy, params.n), executor=lambda: context.executor, sampling=sampling,
-        on_sampled=on_sampled, evaluating=evaluating, on_start=on_start, on_result=on_result, on_stale=on_stale,
-        pm=context.pm,
+        evaluating=evaluating, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=context.pm,
     )  # fmt: skip
-    spent["evaluating_s"] = time.perf_counter() - spent["evaluating_s"]
     if cost is not None:
-        cost.update(sampling_cost(completions, language, before, spent, len(evaluation.results)))
+        cost.update(evaluation.cost)
     return evaluation.results
-
-
-def sampled_problems(path: Path, language: str) -> set[tuple[int, str]]:
-    """The (level, problem) keys with completions in ``language`` in ``path`` (none when it does not exist)."""
-    if not path.exists():
-        return set()
-    return {
-        (r["level"], r["problem"])
-        for r in read_completions(path, on_skip=lambda m: None)
-        if r.get("language") == language
-    }
-
-
-def sampling_cost(path: Path, language: str, before: set, spent: dict, results: int) -> dict:
-    """What one `sample_and_evaluate` call spent, so that the cost of a held-out evaluation is known before
-    an arm is run: ``sampled_completions`` and ``generated_tokens`` (the rows sampled now, not those reused;
-    tokens where the backend reports them), ``sampling_s``, ``tokens_per_s`` (None when nothing was sampled or
-    no token was counted), ``evaluating_s`` (the evaluation's wall time, reused verdicts included) and
-    ``results``."""
-    rows = [
-        r
-        for r in read_completions(path, on_skip=lambda m: None)
-        if r.get("language") == language and (r["level"], r["problem"]) not in before
-    ] if path.exists() else []  # fmt: skip
-    tokens = sum(r.get("tokens", 0) for r in rows)
-    seconds = spent["sampling_s"]
-    return {
-        "sampled_completions": len(rows),
-        "generated_tokens": tokens,
-        "sampling_s": round(seconds, 3),
-        "tokens_per_s": round(tokens / seconds, 1) if tokens and seconds > 0 else None,
-        "evaluating_s": round(spent["evaluating_s"], 3),
-        "results": results,
-    }
 
 
 def prompts_per_call(policy, n: int, default: int = 8) -> int:
