@@ -1,8 +1,9 @@
 """Does a pool with several workers per GPU finish a batch faster than one worker? One batch of short kernels (9
 built-in level-1 Triton solutions x 8 samples: 72 candidates, each compiling anew as a rollout's new source would)
-through a warm pool of each worker count in turn, in one process, side by side: the wall time from the first job
-sent to the last result (pool start-up not counted), evaluations per minute, the per-candidate stage medians, and
-each count's speedup over the first.
+through a warm pool of each worker count in turn, in one process, side by side (harness's batch throughput pass,
+once per count): the wall time from the first job sent to the last result (pool start-up not counted), evaluations
+per minute, and each count's speedup over the first. On a CPU the counts do not apply (a CPU pool has its own
+default): a smoke run of the machinery, not a figure.
 
     python -m bench run throughput --workers 1,4 --out bench/results/throughput.json
     python -m bench run throughput --device cpu --size small --problems 1_ReLU --samples 2 --workers 1,2   # smoke
@@ -14,11 +15,9 @@ each count twice, in mirrored order (1, 4, 4, 1), so a drift of the machine over
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,63 +41,31 @@ def order(counts: list[int], rounds: int) -> list[int]:
     return [w for p in passes for w in p]
 
 
-def batch(problems: list[str], samples: int, level: int = 1):
-    """(problems, candidates): ``samples`` copies of the built-in Triton solution of each of ``problems``."""
-    import attrs
-
+def batch(problems: list[str], level: int = 1):
+    """(problems, candidates): the built-in Triton solution of each of ``problems`` (harness's throughput pass
+    sends ``--samples`` copies of each)."""
     from kzcore.problems import load_problems, load_solutions
 
     chosen = [p for p in load_problems(f"builtin:{level}") if p.name in problems]
     missing = sorted(set(problems) - {p.name for p in chosen})
     if missing:
         raise SystemExit(f"throughput: no built-in level-{level} problem {', '.join(missing)}")
-    solutions = load_solutions("builtin", chosen, "triton")
-    return chosen, [attrs.evolve(c, sample=s) for s in range(samples) for c in solutions]
+    return chosen, load_solutions("builtin", chosen, "triton")
 
 
 def measure(workers: int, problems, candidates, args, pm) -> dict:
-    """One pool of ``workers`` workers per GPU (or CPU workers), started before the clock; the batch through it."""
-    from kzcore.executors.local import LocalPool
-    from kzcore.plugins import plugin_specs
-    from kzcore.types import EvalConfig, EvalJob
+    """The batch through a pool of ``workers`` workers per GPU: harness's batch throughput pass (pool start-up
+    not counted, Triton's cache empty, every copy compiling anew), on this one level."""
+    from bench.harness import throughput_pass
 
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # every count compiles anew
-    config = EvalConfig(device=args.device, size=args.size, workers_per_gpu=workers)
-    by_name = {p.name: p for p in problems}
-    jobs = [EvalJob(problem=by_name[c.problem], candidate=c, config=config) for c in candidates]
-    pool = LocalPool(workers=workers if args.device == "cpu" else None, config=config, plugins=plugin_specs(pm))
-    results = []
-    try:
-        t = time.perf_counter()
-        pool.start()
-        startup = time.perf_counter() - t
-        t = time.perf_counter()
-        for result in pool.map(jobs):
-            results.append(result)
-        wall = time.perf_counter() - t
-    finally:
-        pool.close()
-    stages = sorted({s for r in results for s in r.stages})
-    figures = {
-        "workers": workers,
-        "device": pool.device,
-        "pool_startup_s": round(startup, 3),
-        "candidates": len(results),
-        "correct": sum(r.correct for r in results),
-        "statuses": {s: sum(r.status.value == s for r in results) for s in sorted({r.status.value for r in results})},
-        "wall_s": round(wall, 3),
-        "evals_per_min": round(60 * len(results) / wall, 2) if wall > 0 else None,
-        "stage_median_s": {s: round(statistics.median(r.stages.get(s, 0.0) for r in results), 4) for s in stages},
-        "evaluation_median_s": round(statistics.median(sum(r.stages.values()) for r in results), 4)
-        if results
-        else None,
-    }
-    print(
-        f"{workers} worker(s): {len(results)} candidates in {wall:.2f} s ({figures['evals_per_min']} evals/min), "
-        f"{figures['correct']} correct",
-        file=sys.stderr,
+    by_key = {(p.level, p.name): p for p in problems}
+    options = argparse.Namespace(
+        device=args.device, size=args.size, workers_per_gpu=workers, repeat=args.samples, window=None
     )
-    return figures
+    (level,) = {p.level for p in problems}
+    figures = throughput_pass(problems, candidates, by_key, options, pm)[f"level{level}"]
+    print(f"{workers} worker(s) per GPU: {figures['wall_s']} s, {figures['correct']} correct", file=sys.stderr)
+    return {"workers": workers, **figures}
 
 
 def report(state: dict, args, partial: bool) -> dict:
@@ -148,12 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # each copy compiles its kernels, as a rollout's new source would
-
     from kzcore.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
-    problems, candidates = batch(args.problems, args.samples)
+    problems, candidates = batch(args.problems)
     state: dict = {"runs": [], "order": order(args.counts, args.rounds)}
     try:
         with sigterm_raises():

@@ -37,7 +37,7 @@ def test_the_report_gives_each_counts_mean_wall_and_its_speedup_over_the_first(t
 
 def test_an_unknown_problem_is_named(throughput):
     with pytest.raises(SystemExit, match="no built-in level-1 problem 99_Nothing"):
-        throughput.batch(["1_ReLU", "99_Nothing"], 2)
+        throughput.batch(["1_ReLU", "99_Nothing"])
 
 
 def test_a_cpu_run_measures_each_worker_count_and_writes_its_report(tmp_path, own_workers):

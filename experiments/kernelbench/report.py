@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.kernelbench import selfplay  # noqa: E402
+from kzcore.jsonl import read_jsonl  # noqa: E402
 from kzcore.metrics import is_faster, pass_at_k  # noqa: E402
 from kzcore.results import read_results  # noqa: E402
 
@@ -46,8 +47,7 @@ def parse_label(label: str) -> tuple[int, str]:
 
 def scored_phases(run: Path) -> list[str]:
     """The phases of ``run`` whose held-out rows scored the held-out problems, in order."""
-    path = run / "heldout.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    rows = read_jsonl(run / "heldout.jsonl")
     return [r["phase"] for r in rows if any(k.startswith("heldout_") and k.endswith("_statuses") for k in r)]
 
 

@@ -6,7 +6,6 @@ phase's `proposer_task_share` in RUN/state.json). Used by report.py beside the h
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 
 FRONTIER = (0.25, 0.75)  # a module is at the Coder's frontier when its first measured pass rate lies here
@@ -24,10 +23,10 @@ def first_rate(record) -> float | None:
 def rounds(run: Path) -> list[dict]:
     """One row per round that proposed anything: the Proposer's figures and the Coder's share of its tasks."""
     from kzcore.proposer.pool import read_pool
+    from kzcore.train.schedule import read_state
 
     pool = read_pool(run / "pool.jsonl") if (run / "pool.jsonl").exists() else []
-    state_path = run / "state.json"
-    metrics = json.loads(state_path.read_text()).get("metrics", {}) if state_path.exists() else {}
+    metrics = read_state(run).get("metrics", {})
     by_round = collections.defaultdict(list)
     for record in pool:
         by_round[record.provenance.get("round", 0)].append(record)

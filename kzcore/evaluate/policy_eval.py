@@ -73,7 +73,7 @@ def evaluate_policy(
     before = sampled_problems(completions, language)
     t0 = time.perf_counter()
     candidates = _sample(
-        policy, problems, language, params, completions, template, batch_size, close_policy, sampling, pm
+        policy, problems, language, params, completions, template, batch_size, close_policy, sampling, before, pm
     )
     sampling_s = time.perf_counter() - t0
     if on_sampled:
@@ -92,11 +92,12 @@ def evaluate_policy(
 
 def _sample(
     policy: Policy, problems: list[Problem], language: str, params: SamplingParams, out: Path, template: str,
-    batch_size: int, close_policy: bool, sampling: SamplingProgress | None, pm,
+    batch_size: int, close_policy: bool, sampling: SamplingProgress | None, done: set[tuple[int, str]], pm,
 ) -> list[Candidate]:  # fmt: skip
-    """The sampling stage of `evaluate_policy`: the candidates of ``out``, the policy asked for what is missing."""
+    """The sampling stage of `evaluate_policy`: the candidates of ``out``, the policy asked for what is missing
+    (``done``: the problems ``out`` already holds completions of, `sampled_problems`)."""
     try:
-        reused = 0 if sampling is None else already_sampled(out, problems, language)
+        reused = sum((p.level, p.name) in done for p in problems)
         with nullcontext() if sampling is None else sampling(reused, len(problems) - reused) as on_batch:
             return sample_candidates(
                 policy, problems, language, params, out, template=template, batch_size=batch_size,
@@ -105,13 +106,6 @@ def _sample(
     finally:
         if close_policy:
             policy.close()
-
-
-def already_sampled(path: Path, problems: list[Problem], language: str) -> int:
-    """How many of ``problems`` already have completions in ``language`` in ``path`` (sample_candidates asks
-    the policy only for the others)."""
-    done = sampled_problems(path, language)
-    return sum((p.level, p.name) in done for p in problems)
 
 
 def sampled_problems(path: Path, language: str) -> set[tuple[int, str]]:

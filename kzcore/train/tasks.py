@@ -47,8 +47,14 @@ def validation_problems(coldstart: list[Problem], count: int) -> list[Problem]:
         raise KzError(
             f"[heldout] validation = {count} would leave no cold-start problem to train on ({len(coldstart)} there)"
         )
-    chosen = random.Random(0).sample(sorted(coldstart, key=lambda p: (p.level, p.name)), count)
-    return sorted(chosen, key=lambda p: (p.level, p.name))
+    return sorted(fixed_draw(coldstart, count), key=lambda p: (p.level, p.name))
+
+
+def fixed_draw(problems: list[Problem], count: int) -> list[Problem]:
+    """``count`` of ``problems`` (all of them when there are fewer) drawn with a fixed seed from their (level,
+    name) order: the same in every run of a config, whatever its seed."""
+    ordered = sorted(problems, key=lambda p: (p.level, p.name))
+    return random.Random(0).sample(ordered, min(count, len(ordered)))
 
 
 def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: list[Problem], pm) -> list[Problem]:
@@ -254,8 +260,7 @@ class RunProblems:
         count = self.context.config.heldout.probe
         if not count:
             return []
-        tasks = sorted(self.tasks, key=lambda p: (p.level, p.name))
-        return random.Random(0).sample(tasks, min(count, len(tasks)))
+        return fixed_draw(self.tasks, count)
 
     # -- the task pool --------------------------------------------------------------------------
     @property
