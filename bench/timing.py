@@ -75,7 +75,7 @@ class CpuWallTimer:
                 outputs = fn()
                 out.append((time.perf_counter() - t) * 1000)
                 if rounds is not None:
-                    rounds.took(side, outputs)
+                    rounds.took(side, outputs, out[-1])
             if rounds is not None:
                 rounds.end()
         return Timing(

@@ -49,8 +49,9 @@ class EvalConfig:
     warmup: int = _setting(3, "untimed calls of reference and candidate before timing (GPU)")
     reps: int = _setting(100, "most timed repetitions (GPU)", attrs.validators.ge(1))
     # Timing stops early, after at least min_reps pairs, once both medians are known to within
-    # timing_precision (relative standard error)
-    min_reps: int = _setting(100, "fewest timed repetitions before stopping early", attrs.validators.ge(1))
+    # timing_precision (relative standard error): a steady kernel stops at min_reps (4 pairs on each of the 8
+    # placements), a noisy one or one whose speed depends on where its inputs lie runs up to reps
+    min_reps: int = _setting(32, "fewest timed repetitions before stopping early", attrs.validators.ge(1))
     timing_precision: float = _setting(
         0.004, "stop timing once both medians' relative standard errors are below this (0: always all reps)",
         attrs.validators.ge(0),
@@ -66,19 +67,18 @@ class EvalConfig:
         100.0, "first GPU-side wait (us) before each timed call, raised while the host queues a call slower (GPU)",
         attrs.validators.ge(0),
     )  # fmt: skip
-    # A kernel's speed can depend on where its inputs lie (kzcore/evaluate/placement.py): each side is timed
-    # on this many placements of the same values, the repetitions shared among them, and the mean of the
-    # per-placement medians kept
+    # A kernel's speed can depend on where its inputs lie (kzcore/evaluate/placement.py): the timed pairs go
+    # round this many placements of the inputs, and the mean of the per-placement medians is kept
     timing_placements: int = _setting(
         8, "placements of the inputs the timing is spread over (GPU; fewer where copies would not fit)",
         attrs.validators.ge(1),
     )  # fmt: skip
-    # Before each placement's timed pairs, flush L2 until the flush takes its quiet time again (at most this
-    # long): on an H200 a job's first 20-40 ms of timing read slow, with one worker too, and another process's
-    # cudaMalloc/cudaFree slows timed memory-bound kernels by 4-13 %; 50 ms lets nearly every placement start
-    # on a quiet GPU (kzcore.builtins.timing.settle)
+    # Before the timed pairs, flush L2 until the flush takes its quiet time again (at most this long): on an
+    # H200 a job's first 20-40 ms of timing read slow, with one worker too, and another process's
+    # cudaMalloc/cudaFree slows timed memory-bound kernels by 4-13 %; 50 ms lets nearly every timing start on a
+    # quiet GPU (kzcore.builtins.timing.settle)
     settle_ms: float = _setting(
-        50.0, "ms the timer may wait, before each placement, for the L2 flush to take its quiet time (GPU; 0: off)",
+        50.0, "ms the timer may wait, before the timed pairs, for the L2 flush to take its quiet time (GPU; 0: off)",
         attrs.validators.ge(0),
     )  # fmt: skip
     placement_shift_mib: float = _setting(
@@ -119,7 +119,7 @@ class EvalConfig:
     # Each timed pair runs on a new draw of the problem's inputs, so no result cache keyed on input values
     # or pointers can hit (kzcore/timed.py)
     fresh_timed_inputs: bool = _setting(
-        True, "drawing new input contents for every timed pair (off: one draw per placement)"
+        True, "drawing new input contents for every timed pair (off: the same values every pair)"
     )
     # Checked pairs are drawn from the operating system's randomness; the last pair is always checked
     timed_check_share: float = _setting(

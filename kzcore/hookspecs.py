@@ -275,11 +275,13 @@ def kz_time_candidate(
     config: EvalConfig,
     rounds: TimedRounds | None,
 ) -> Timing | None:
-    """Time reference and candidate side by side in this worker, on one placement of their inputs.
+    """Time reference and candidate side by side in this worker.
 
-    The timing stage calls this once per placement (``EvalConfig.timing_placements``: the same values in other
-    device memory, since a kernel's speed can depend on where its inputs lie) and keeps the mean of the
-    returned medians; ``config`` then holds this placement's share of the repetitions and the time budget.
+    The timing stage calls this once per timing. The pairs go round the placements of the inputs
+    (``EvalConfig.timing_placements``: the same values in other device memory, since a kernel's speed can depend
+    on where its inputs lie): ``rounds.begin()`` moves the inputs that ``reference`` and ``candidate`` read to the
+    next placement. A timer that hands each call's sample to ``rounds.took`` lets the core keep the mean of the
+    per-placement medians; one that does not keeps its own medians over all placements.
 
     :param device: ``"cuda"`` or ``"cpu"``.
     :param reference: runs one reference forward on the prepared inputs and returns its outputs.
@@ -288,7 +290,7 @@ def kz_time_candidate(
     :param config: warm-up, repetitions, L2 flush, launch cover, time budget.
     :param rounds: what every timed pair goes through (`kzcore.timed.TimedRounds`), or None when the caller
         times fixed inputs unchecked (benches): ``rounds.begin()`` before a pair (new input contents),
-        ``rounds.took(side, outputs)`` after each call once the device is synchronized, ``rounds.end()`` after
+        ``rounds.took(side, outputs, ms)`` after each call once the device is synchronized, ``rounds.end()`` after
         the pair (checks the outputs when the pair was drawn for it; raises ``TimedCheckFailed``, which must
         propagate), and ``rounds.begin(last=True)`` for the last pair. The evaluator refuses a timing whose
         last pair went unchecked.

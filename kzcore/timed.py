@@ -1,74 +1,100 @@
 """The timed pairs are checked like trials: what a timer hands the candidate and what it gets back.
 
 A timer (``kz_time_candidate``) runs reference and candidate in pairs. Around each pair it calls a
-`TimedRounds`: ``begin()`` before the pair (new input contents for both sides, drawn from the problem's own
-``get_inputs`` on a seed nobody can predict, so no result cache keyed on input values or pointers can hit),
-``took(side, outputs)`` after each call (the device synchronized), and ``end()`` after the pair. A pair drawn
-for a check (each with probability ``share``, from the operating system's randomness, and always the last one)
-has the candidate's outputs copied at once, before the reference runs, and compared with the reference's on
-the same inputs by the trials' own checker; a mismatch raises `TimedCheckFailed`. Every pair keeps both sides'
-outputs until its end, so nothing a candidate can observe during a call tells a checked pair from another.
+`TimedRounds`: ``begin()`` before the pair (the next placement of the inputs in turn, and new input contents for
+both sides, drawn from the problem's own ``get_inputs`` on a seed nobody can predict, so no result cache keyed
+on input values or pointers can hit), ``took(side, outputs, ms)`` after each call (the device synchronized), and
+``end()`` after the pair. A pair drawn for a check (each with probability ``share``, from the operating
+system's randomness, and always the last one) has the candidate's outputs copied at once, before the reference
+runs, and compared with the reference's on the same inputs by the trials' own checker; a mismatch raises
+`TimedCheckFailed`. Every pair keeps both sides' outputs until its end, so nothing a candidate can observe
+during a call tells a checked pair from another.
 
-Neighbours: `kzcore.evaluate.timing` builds one per placement; `kzcore.builtins.timing` drives it."""
+The pairs go round the placements (the same values in other device memory, `kzcore.evaluate.placement`): one
+timer call covers them all, so the GPU is settled, the calls warmed up and the launch cover learnt once per
+timing, and a stop once the medians are known applies to the whole timing. A timer that hands each sample to
+``took`` lets the core keep each placement's median (`TimedRounds.samples`).
+
+Neighbours: `kzcore.evaluate.timing` builds one per timing; `kzcore.builtins.timing` drives it."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 
 from kzcore.errors import TimedCheckFailed
 
 SIDES = ("reference", "candidate")
 
 
-class TimedRounds:
-    """Input contents and output checks around a timer's pairs, for one placement of the inputs.
+def spread(samples: list[float]) -> float:
+    """Interquartile range over median: a robust relative spread (0 under 4 samples)."""
+    if len(samples) < 4:
+        return 0.0
+    q1, _q2, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / statistics.median(samples)
 
-    ``draw(seed)`` returns new input values; they are copied into ``ref_inputs`` and ``cand_inputs`` in place
-    (the timed callables close over those lists). ``check(expected, actual, label)`` raises `TimedCheckFailed`
-    when the candidate's outputs are wrong; ``snapshot(outputs)`` validates and copies the candidate's outputs
-    (refusing what it does not own). ``share``: the probability that a pair is checked; the last always is when
-    ``final`` (the timing's last placement; earlier placements' last pairs are drawn like the others)."""
+
+class TimedRounds:
+    """Input contents and output checks around a timer's pairs, over the placements of the inputs.
+
+    ``ref_placed`` and ``cand_placed`` hold one input list per placement (indexable: ``ref_placed[j]`` is placement
+    j's list; `kzcore.evaluate.placement.Placements` fills a view placement as it is indexed). Pair i runs on
+    placement i mod their number; ``ref_inputs`` and ``cand_inputs`` are the current placement's lists (placement 0
+    before the first pair: what warm-up calls use), and the timed callables read them. ``draw(seed)`` returns new
+    input values; they are copied into the current placement of both sides in place. ``check(expected, actual,
+    where)`` raises `TimedCheckFailed` when the candidate's outputs are wrong; ``snapshot(outputs)`` validates and
+    copies the candidate's outputs (refusing what it does not own). ``share``: the probability that a pair is
+    checked; the last pair always is."""
 
     def __init__(
         self,
         draw: Callable[[int], list] | None,
-        ref_inputs: list,
-        cand_inputs: list,
+        ref_placed: Sequence[list],
+        cand_placed: Sequence[list],
         check: Callable[[list, list, str], None],
         snapshot: Callable[[list], list],
         share: float,
         rng: random.Random | None = None,
-        label: str = "",
-        final: bool = True,
     ):
-        self.draw, self.ref_inputs, self.cand_inputs = draw, ref_inputs, cand_inputs
+        if len(ref_placed) != len(cand_placed) or not len(ref_placed):
+            raise ValueError(f"{len(ref_placed)} reference and {len(cand_placed)} candidate placements")
+        self.draw, self.ref_placed, self.cand_placed = draw, ref_placed, cand_placed
         self.check, self.snapshot, self.share = check, snapshot, share
         self.rng = rng or random.SystemRandom()
-        self.label, self.final = label, final
+        self.placements = len(ref_placed)
+        self.index = 0
+        self.ref_inputs, self.cand_inputs = ref_placed[0], cand_placed[0]
         self.pairs = self.checked = 0
         self.last_checked = False
         self._checking = False
         self._outputs: dict[str, list] = {}
+        # per side, per placement: the samples (ms) the timer handed to `took`
+        self.samples: dict[str, list[list[float]]] = {side: [[] for _ in ref_placed] for side in SIDES}
 
     def begin(self, last: bool = False, check: bool | None = None) -> None:
-        """Before a pair, outside the timed region: new contents in both sides' inputs, and whether to check the
-        pair: always the ``last``, else as ``check`` says or, by default, with probability ``share``."""
+        """Before a pair, outside the timed region: the next placement, new contents in both sides' inputs, and
+        whether to check the pair: always the ``last``, else as ``check`` says or, by default, with probability
+        ``share``."""
         from kzcore.evaluate.tensors import refill_in_place
 
+        self.index = self.pairs % self.placements
+        if self.placements > 1:
+            self.ref_inputs, self.cand_inputs = self.ref_placed[self.index], self.cand_placed[self.index]
         if self.draw is not None:
             values = self.draw(self.rng.getrandbits(31))
             refill_in_place(self.ref_inputs, values)
             refill_in_place(self.cand_inputs, values)
         self.pairs += 1
-        forced = last and self.final
-        self._checking = forced or (check if check is not None else self.rng.random() < self.share)
+        self._checking = last or (check if check is not None else self.rng.random() < self.share)
         self.last_checked = last
         self._outputs = {}
 
-    def took(self, side: str, outputs) -> None:
+    def took(self, side: str, outputs, ms: float | None = None) -> None:
         """After one call of the pair, the device synchronized: keep what it returned until `end`; a checked
-        pair's candidate outputs are validated and copied now, before anything else runs."""
+        pair's candidate outputs are validated and copied now, before anything else runs. ``ms``: the call's
+        timed sample, kept per placement (`samples`)."""
         from kzcore.evaluate.tensors import as_list
 
         if side not in SIDES:
@@ -77,6 +103,8 @@ class TimedRounds:
         if self._checking and side == "candidate":
             outputs = self.snapshot(outputs)
         self._outputs[side] = outputs
+        if ms is not None:
+            self.samples[side][self.index].append(ms)
 
     def end(self) -> None:
         """After the pair: compare a checked pair's outputs (raises `TimedCheckFailed`); drop them all."""
@@ -87,7 +115,9 @@ class TimedRounds:
         if missing:
             raise RuntimeError(f"the timer did not hand over the {' and '.join(missing)} outputs of a timed pair")
         self.checked += 1
-        where = f"timed pair {self.pairs}" + (f" ({self.label})" if self.label else "")
+        where = f"timed pair {self.pairs}"
+        if self.placements > 1:
+            where += f" (placement {self.index + 1} of {self.placements})"
         self.check(outputs["reference"], outputs["candidate"], where + (", the last" if self.last_checked else ""))
 
 
@@ -102,4 +132,4 @@ def run_pair(rounds: TimedRounds | None, calls: list[tuple[str, Callable[[], flo
     return samples
 
 
-__all__ = ["TimedRounds", "TimedCheckFailed", "run_pair"]
+__all__ = ["TimedRounds", "TimedCheckFailed", "run_pair", "spread"]

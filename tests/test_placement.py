@@ -1,20 +1,19 @@
 """Timing on several placements of the inputs (kzcore/evaluate/placement.py): the placements hold the
-same values elsewhere, the timing stage calls the timer once per placement with its share of the repetitions,
-and keeps the mean of the per-placement medians."""
+same values elsewhere, the timing stage calls the timer once and its pairs go round the placements
+(kzcore.timed.TimedRounds), and the stage keeps the mean of the per-placement medians of the samples the timer
+handed over."""
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import torch
 
 from kzcore import hookimpl
-from kzcore.evaluate.placement import MIB, Placements, per_placement, placement_count, placements_for
+from kzcore.evaluate.placement import MIB, Placements, placement_count, placements_for
 from kzcore.evaluate.stage import EvaluationState
-from kzcore.evaluate.timing import combine, timing_pass
+from kzcore.evaluate.timing import timing_pass
 from kzcore.plugins import new_plugin_manager
 from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Timing
-from tests.fakes_inputs import pairs_through
 
 SHIFT_MIB = 1 / 64  # 16 KiB: a multiple of every element size, small enough for a CPU test
 
@@ -88,46 +87,38 @@ def test_separate_copies_are_capped_by_free_memory():
     assert placement_count(8, 0.0, 0, free_bytes=8 * gib) == 1  # no tensor inputs: nothing to place
 
 
-def test_the_repetitions_and_the_time_budget_are_shared():
-    config = EvalConfig(reps=100, min_reps=50, max_timing_s=8.0)
-    one = per_placement(config, 8)
-    assert (one.reps, one.min_reps, one.max_timing_s) == (13, 7, 1.0)
-    assert per_placement(config, 1) is config
-    assert (one.settle_ms, one.warmup) == (config.settle_ms, config.warmup)  # the first placement settles and warms
-    later = per_placement(config, 8, 3)
-    assert (later.reps, later.min_reps, later.settle_ms, later.warmup) == (13, 7, 0.0, 1)
-
-
-def test_combine_keeps_the_mean_of_the_placements_and_names_a_spread():
-    timings = [
-        Timing(ref_ms=1.0, cand_ms=0.49, ref_spread=0.01, cand_spread=0.02, reps=13, note="cover raised"),
-        Timing(ref_ms=1.0, cand_ms=0.55, ref_spread=0.01, cand_spread=0.04, reps=13, note="cover raised"),
-    ]
-    t = combine(timings)
-    assert (t.ref_ms, t.cand_ms, t.reps) == (1.0, pytest.approx(0.52), 26)
-    assert t.cand_spread == pytest.approx(0.03)
-    assert t.note.startswith("cover raised; the candidate's time depends on where its inputs lie: 0.49-0.55 ms")
-    assert "reference's" not in t.note
-    steady = combine([Timing(ref_ms=1.0, cand_ms=0.5, reps=5)] * 3)
-    assert steady.note == "" and steady.cand_ms == 0.5
-    assert combine([timings[0]]) is timings[0]
-    nothing = combine([Timing(note="timing skipped"), Timing(note="timing skipped")])
-    assert nothing.speedup is None and nothing.note == "timing skipped"
+def test_placements_index_like_a_sequence_and_a_view_is_filled_as_it_is_indexed():
+    original = inputs()
+    copies = Placements(original, 3)
+    assert len(copies) == 3 and copies[2] is copies[2]  # separate copies: made once, kept
+    assert all(torch.equal(copies[j][0], original[0]) for j in range(3))
+    with pytest.raises(IndexError):
+        copies[3]
+    views = Placements(original, 3, SHIFT_MIB)
+    assert views[0] is original
+    views[1][0].zero_()  # the next view overlaps it: indexing again fills it anew
+    assert torch.equal(views[2][0], original[0]) and torch.equal(views[1][0], original[0])
 
 
 class PlacementTimer:
-    """Times nothing: calls each side once, records the config it got and the address the model saw, and says
-    the candidate runs at 0.4 ms on even placements and 0.6 ms on odd ones."""
+    """Times nothing: runs ``pairs`` pairs through the rounds, records the config it got, and hands the rounds a
+    candidate sample of 0.4 ms on even placements and 0.6 ms on odd ones (the reference 1.0 ms everywhere);
+    ``samples`` False hands over none. Its own medians say 2.0 / 1.0 ms."""
 
-    def __init__(self):
+    def __init__(self, pairs: int = 12, samples: bool = True):
+        self.pairs, self.samples = pairs, samples
         self.calls = []
 
     @hookimpl
     def kz_time_candidate(self, device, reference, candidate, config, rounds):
-        pairs_through(rounds, reference, candidate, 1)
         self.calls.append(config)
-        cand_ms = 0.4 if len(self.calls) % 2 else 0.6
-        return Timing(ref_ms=1.0, cand_ms=cand_ms, reps=config.reps)
+        for i in range(self.pairs):
+            rounds.begin(last=i == self.pairs - 1)
+            cand_ms = 0.4 if rounds.index % 2 == 0 else 0.6
+            rounds.took("reference", reference(), 1.0 if self.samples else None)
+            rounds.took("candidate", candidate(), cand_ms if self.samples else None)
+            rounds.end()
+        return Timing(ref_ms=2.0, cand_ms=1.0, reps=self.pairs, note="own medians")
 
 
 class Seen(torch.nn.Module):
@@ -140,40 +131,53 @@ class Seen(torch.nn.Module):
         return x.sum() + y
 
 
-def test_the_timing_stage_times_each_placement_and_keeps_their_mean(tmp_path):
-    """The stage itself (as a worker runs it on a GPU; CPU tensors here, views so no device memory is asked
-    about): one timer call per placement, each with its share of the repetitions, each on other memory."""
-    timer = PlacementTimer()
+def placement_state(tmp_path, timer, device="cuda", **settings):
     pm = new_plugin_manager(load_entry_points=False)
     pm.register(timer)
-    config = EvalConfig(
-        device="cuda", timing_placements=4, placement_shift_mib=SHIFT_MIB, reps=100, fresh_timed_inputs=False
-    )
+    config = EvalConfig(device=device, placement_shift_mib=SHIFT_MIB, fresh_timed_inputs=False, **settings)
     problem = Problem(name="p", level=1, source="", path=None)
     job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
-    state = EvaluationState(job, pm, tmp_path, "cuda")
+    return EvaluationState(job, pm, tmp_path, device)
+
+
+def test_one_timer_call_whose_pairs_go_round_the_placements(tmp_path):
+    """The stage itself (as a worker runs it on a GPU; CPU tensors here, views so no device memory is asked
+    about): one timer call with the whole config, pair i on placement i mod 4, each placement other memory,
+    and the mean of the per-placement medians kept, not the timer's own."""
+    timer = PlacementTimer(pairs=12)
+    state = placement_state(tmp_path, timer, timing_placements=4, reps=100)
     reference, candidate = Seen(), Seen()
     x = torch.randn(256, 64)
     timing_pass(state, None, reference, candidate, ([x.clone(), 2.0], [x.clone(), 2.0]))
-    assert [c.reps for c in timer.calls] == [25] * 4
-    assert len(set(candidate.addresses)) == 4 and len(set(reference.addresses)) == 4
-    assert state.fields["cand_ms"] == pytest.approx(0.5) and state.fields["timing_reps"] == 100
+    assert len(timer.calls) == 1 and timer.calls[0].reps == 100
+    assert candidate.addresses[:4] == candidate.addresses[4:8] and len(set(candidate.addresses)) == 4
+    assert len(set(reference.addresses)) == 4 and set(reference.addresses).isdisjoint(candidate.addresses)
+    assert state.fields["cand_ms"] == pytest.approx(0.5) and state.fields["ref_ms"] == 1.0
+    assert state.fields["timing_reps"] == 12 and state.fields["cand_spread"] == 0.0
     assert "depends on where its inputs lie: 0.4-0.6 ms over 4 placements" in state.fields["timing_note"]
+    assert "reference's time" not in state.fields["timing_note"]
     assert state.fields["placement_ms"] == [[1.0, 0.4], [1.0, 0.6], [1.0, 0.4], [1.0, 0.6]]
-    one = attrs.evolve(config, timing_placements=1)
-    timer.calls.clear()
-    state = EvaluationState(attrs.evolve(job, config=one), pm, tmp_path, "cuda")
-    timing_pass(state, None, reference, candidate, ([x, 2.0], [x, 2.0]))
-    assert [c.reps for c in timer.calls] == [100]
+
+
+def test_a_timer_that_hands_over_no_samples_keeps_its_own_medians_with_a_note(tmp_path):
+    state = placement_state(tmp_path, PlacementTimer(pairs=6, samples=False), timing_placements=4)
+    x = torch.randn(64, 64)
+    timing_pass(state, None, Seen(), Seen(), ([x.clone(), 2.0], [x.clone(), 2.0]))
+    assert (state.fields["ref_ms"], state.fields["cand_ms"], state.fields["placement_ms"]) == (2.0, 1.0, [])
+    assert "the timer's medians over all 4 placements (it handed the rounds no samples)" in state.fields["timing_note"]
+
+
+def test_one_placement_keeps_the_timers_figures(tmp_path):
+    state = placement_state(tmp_path, PlacementTimer(pairs=3), timing_placements=1)
+    x = torch.randn(8, 8)
+    timing_pass(state, None, Seen(), Seen(), ([x, 1.0], [x, 1.0]))
+    assert (state.fields["ref_ms"], state.fields["cand_ms"], state.fields["placement_ms"]) == (2.0, 1.0, [])
 
 
 def test_no_placements_on_a_cpu(tmp_path):
-    timer = PlacementTimer()
-    pm = new_plugin_manager(load_entry_points=False)
-    pm.register(timer)
-    problem = Problem(name="p", level=1, source="", path=None)
-    config = EvalConfig(fresh_timed_inputs=False)
-    job = EvalJob(problem, Candidate(problem="p", language="reference", level=1, sample=0, source=""), config)
+    timer = PlacementTimer(pairs=2)
+    state = placement_state(tmp_path, timer, device="cpu", timing_placements=8)
     x = torch.randn(8, 8)
-    timing_pass(EvaluationState(job, pm, tmp_path, "cpu"), None, Seen(), Seen(), ([x, 1.0], [x, 1.0]))
-    assert len(timer.calls) == 1
+    seen = Seen()
+    timing_pass(state, None, Seen(), seen, ([x, 1.0], [x, 1.0]))
+    assert len(timer.calls) == 1 and set(seen.addresses) == {x.data_ptr()}

@@ -40,7 +40,7 @@ def strict_check(expected, actual, where):
 def rounds_for(share: float, seed: int = 0, draw=relu_draw, check=strict_check):
     inputs = relu_draw(0)
     ref_inputs, cand_inputs = [inputs[0].clone()], [inputs[0].clone()]
-    return TimedRounds(draw, ref_inputs, cand_inputs, check, snapshot, share, rng=random.Random(seed))
+    return TimedRounds(draw, [ref_inputs], [cand_inputs], check, snapshot, share, rng=random.Random(seed))
 
 
 def drive(rounds: TimedRounds, reference, candidate, pairs: int) -> None:
@@ -95,7 +95,7 @@ def test_a_cache_keyed_on_sampled_input_values_never_hits():
     drive(fresh, lambda: torch.relu(fresh.ref_inputs[0]), candidate, 30)
     assert hits[0] == 0 and fresh.checked == 30
     fixed = TimedRounds(
-        None, fresh.ref_inputs, fresh.cand_inputs, strict_check, snapshot, 1.0, rng=random.Random(0)
+        None, [fresh.ref_inputs], [fresh.cand_inputs], strict_check, snapshot, 1.0, rng=random.Random(0)
     )  # fmt: skip
     candidate, hits = caching_candidate(fixed)
     drive(fixed, lambda: torch.relu(fixed.ref_inputs[0]), candidate, 30)
@@ -128,7 +128,7 @@ def test_checked_pairs_are_drawn_at_random_and_the_last_always():
     drive(rounds, lambda: torch.relu(rounds.ref_inputs[0]), lambda: torch.relu(rounds.cand_inputs[0]), 10)
     assert rounds.checked == 1 and rounds.last_checked
     # the default randomness is the operating system's: nothing seeded by the candidate predicts it
-    assert isinstance(TimedRounds(None, [], [], strict_check, snapshot, 0.1).rng, random.SystemRandom)
+    assert isinstance(TimedRounds(None, [[]], [[]], strict_check, snapshot, 0.1).rng, random.SystemRandom)
 
 
 def test_the_candidates_output_is_copied_before_the_reference_runs():

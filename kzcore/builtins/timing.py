@@ -10,18 +10,11 @@ import attrs
 
 from kzcore import hookimpl
 from kzcore.errors import TimedCheckFailed
+from kzcore.timed import spread
 from kzcore.types import Timing
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H200: 60 MB)
 CPU_NOTE = "timing skipped: no GPU (timings on a CPU are not performance figures)"
-
-
-def spread(samples: list[float]) -> float:
-    """Interquartile range over median: a robust relative spread."""
-    if len(samples) < 4:
-        return 0.0
-    q1, _q2, q3 = statistics.quantiles(samples, n=4)
-    return (q3 - q1) / statistics.median(samples)
 
 
 def median_rel_error(samples: list[float]) -> float:
@@ -33,11 +26,14 @@ def median_rel_error(samples: list[float]) -> float:
     return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / max(med, 1e-9)
 
 
+STOP_CHECK_EVERY = 8  # pairs between looks at the stop rule (a round of the default 8 placements)
+
+
 def interleaved(pair, reps: int, config) -> tuple[list[float], list[float], str]:
     """Up to ``reps`` timed (reference, candidate) pairs, alternating which goes first so neither always runs
-    on a warmer GPU; stops early (after ``config.min_reps``, checked every 10 pairs) once both medians'
-    relative standard errors are within ``config.timing_precision``; then one more pair, the last, which the
-    rounds always check. ``pair(reference_first, last)`` runs one pair and returns its two samples."""
+    on a warmer GPU; stops early (after ``config.min_reps``, checked every ``STOP_CHECK_EVERY`` pairs) once both
+    medians' relative standard errors are within ``config.timing_precision``; then one more pair, the last,
+    which the rounds always check. ``pair(reference_first, last)`` runs one pair and returns its two samples."""
     ref_ms: list[float] = []
     cand_ms: list[float] = []
     min_reps = min(reps, config.min_reps)
@@ -47,7 +43,7 @@ def interleaved(pair, reps: int, config) -> tuple[list[float], list[float], str]
         ref_ms.append(r)
         cand_ms.append(c)
         n = i + 2  # pairs with the last one still to come
-        if config.timing_precision and n >= min_reps and n % 10 == 0 and n < reps:
+        if config.timing_precision and n >= min_reps and n % STOP_CHECK_EVERY == 0 and n < reps:
             if max(median_rel_error(ref_ms), median_rel_error(cand_ms)) <= config.timing_precision:
                 note = f"stopped at {n} reps: medians within {config.timing_precision:.1%}"
                 break
@@ -248,9 +244,10 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
             cover.uncovered += 1
             break
         spills[side].append(spill_us)
+        ms = start.elapsed_time(end)
         if rounds is not None:
-            rounds.took(side, out)
-        return start.elapsed_time(end)
+            rounds.took(side, out, ms)
+        return ms
 
     def pair(reference_first: bool, last: bool) -> tuple[float, float]:
         if rounds is not None:

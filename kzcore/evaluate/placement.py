@@ -28,7 +28,6 @@ Two ways to place (``EvalConfig.placement_shift_mib``):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 MIB = 1 << 20
@@ -70,17 +69,19 @@ def placements_for(requested: int, shift_mib: float, device: str, *sides: list) 
 
 
 class Placements:
-    """``count`` placements of one input list. Iterating yields input lists, one per placement, holding the
-    same values in other device memory: with one placement ``inputs`` itself; with separate copies
-    (``shift_mib`` 0) ``count`` copies, all made before the first is yielded (`make_copies`); with views, the
-    inputs first and then ``count`` - 1 views (see the module's docstring). Non-tensor inputs are passed as
-    they are. The copies are dropped once the iteration ends."""
+    """``count`` placements of one input list, as a sequence: ``placements[j]`` is an input list holding the
+    same values in other device memory. With one placement it is ``inputs`` itself; with separate copies
+    (``shift_mib`` 0) ``count`` copies, all made before the first is used (`make_copies`); with views, the inputs
+    first and then ``count`` - 1 views, each filled with the inputs' values as it is indexed (the views overlap:
+    only the one indexed last holds them; see the module's docstring). Non-tensor inputs are passed as they
+    are. Iterating yields each placement in turn and drops the copies once it ends."""
 
     def __init__(self, inputs: list, count: int, shift_mib: float = 0.0):
         self.inputs = inputs
         self.count = max(1, count)
         self.shift = int(shift_mib * MIB)
         self._buffers: list = []
+        self._slots: dict | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -92,59 +93,42 @@ class Placements:
         if self.count > 1 and self.shift <= 0 and not self._buffers:
             self._buffers = [clone_inputs(self.inputs) for _ in range(self.count)]
 
-    def __iter__(self) -> Iterator[list]:
-        if self.count == 1:
-            yield self.inputs
-            return
+    def __getitem__(self, j: int) -> list:
+        if not 0 <= j < self.count:
+            raise IndexError(f"placement {j} of {self.count}")
+        if self.count == 1 or (self.shift > 0 and j == 0):
+            return self.inputs
         if self.shift <= 0:
             self.make_copies()
-            yield from self._buffers
-        else:
-            yield self.inputs
-            yield from self._views()
-        self._buffers = []
+            return self._buffers[j]
+        return self._view(j)
 
-    def _views(self) -> Iterator[list]:
+    def __iter__(self) -> Iterator[list]:
+        for j in range(self.count):
+            yield self[j]
+        self._buffers, self._slots = [], None
+
+    def _view(self, j: int) -> list:
         import torch
 
-        slots = {}
-        for i, x in enumerate(self.inputs):
-            if isinstance(x, torch.Tensor) and _dense(x):
-                nbytes = x.untyped_storage().nbytes()
-                buffer = torch.empty(nbytes + (self.count - 1) * self.shift, dtype=torch.uint8, device=x.device)
-                self._buffers.append(buffer)
-                slots[i] = (x, nbytes, buffer)
-        for j in range(1, self.count):
-            placed = list(self.inputs)
-            for i, (x, nbytes, buffer) in slots.items():
-                start = j * self.shift
-                view = buffer[start : start + nbytes].view(x.dtype).as_strided(x.shape, x.stride())
-                view.copy_(x)
-                placed[i] = view
-            yield placed
+        if self._slots is None:
+            self._slots = {}
+            for i, x in enumerate(self.inputs):
+                if isinstance(x, torch.Tensor) and _dense(x):
+                    nbytes = x.untyped_storage().nbytes()
+                    buffer = torch.empty(nbytes + (self.count - 1) * self.shift, dtype=torch.uint8, device=x.device)
+                    self._buffers.append(buffer)
+                    self._slots[i] = (x, nbytes, buffer)
+        placed = list(self.inputs)
+        for i, (x, nbytes, buffer) in self._slots.items():
+            start = j * self.shift
+            view = buffer[start : start + nbytes].view(x.dtype).as_strided(x.shape, x.stride())
+            view.copy_(x)
+            placed[i] = view
+        return placed
 
 
 def _dense(x) -> bool:
     """``x`` starts its storage and covers it exactly (so a view with its strides over as many bytes holds
     it). Others (a slice, an expanded tensor) stay where they are: moving them would change their layout."""
     return x.storage_offset() == 0 and x.numel() * x.element_size() == x.untyped_storage().nbytes()
-
-
-def per_placement(config, count: int, index: int = 0):
-    """``config`` for placement ``index`` of ``count``: the repetitions and the time budget shared among them.
-    The GPU is settled and the calls warmed up once per timing, on the first placement; the placements after it
-    run back to back on a GPU the timing keeps busy, so each gets one warm-up pair (its new addresses) and no
-    settling wait."""
-    import attrs
-
-    if count <= 1:
-        return config
-    shared = attrs.evolve(
-        config,
-        reps=max(1, math.ceil(config.reps / count)),
-        min_reps=max(1, math.ceil(config.min_reps / count)),
-        max_timing_s=config.max_timing_s / count,
-    )
-    if index == 0:
-        return shared
-    return attrs.evolve(shared, settle_ms=0.0, warmup=min(config.warmup, 1))

@@ -5,14 +5,17 @@ second timing pass). Neighbours: `stage` (the state each function takes), ``kz_t
 from __future__ import annotations
 
 import functools
+import statistics
+
+import attrs
 
 from kzcore.errors import TimedCheckFailed
 from kzcore.evaluate import trials
-from kzcore.evaluate.placement import per_placement, placements_for
+from kzcore.evaluate.placement import placements_for
 from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import NotOwned, clone_inputs, refill, snapshot
-from kzcore.timed import TimedRounds
+from kzcore.timed import SIDES, TimedRounds, spread
 from kzcore.types import Status
 from kzcore.types import Timing as TimingResult
 
@@ -23,33 +26,37 @@ TIMING_FIELDS = (
 )  # fmt: skip
 
 
-def combine(timings: list[TimingResult]) -> TimingResult:
-    """One timing from the per-placement ones: the mean of their medians per side (each placement is one
-    draw of where the inputs lie; the mean is the speed to expect), the mean spreads, the repetitions summed,
-    the notes once each, and a note naming a side whose placements disagree by more than
-    ``PLACEMENT_NOTE_SPREAD``."""
-    if len(timings) == 1:
-        return timings[0]
-    notes: list[str] = []
-    for t in timings:
-        if t.note and t.note not in notes:
-            notes.append(t.note)
-    fields = {}
-    for side in ("ref", "cand"):
-        ms = [getattr(t, f"{side}_ms") for t in timings]
-        spreads = [getattr(t, f"{side}_spread") for t in timings]
-        if any(x is None for x in ms):  # a timer that measured nothing (a CPU): nothing to average
-            return TimingResult(reps=sum(t.reps for t in timings), note="; ".join(notes))
-        fields[f"{side}_ms"] = sum(ms) / len(ms)
-        fields[f"{side}_spread"] = None if None in spreads else sum(spreads) / len(spreads)
-        low, high = min(ms), max(ms)
+def per_placement(timing: TimingResult, rounds: TimedRounds) -> tuple[TimingResult, list]:
+    """(the timing kept, each placement's [reference, candidate] median) from the samples the timer handed to
+    ``rounds`` (`TimedRounds.samples`), placement by placement: per side the mean of the placements' medians
+    (each placement is one draw of where the inputs lie; the mean is the speed to expect), the spread of all
+    samples each over its placement's median (the noise within a placement), and a note naming a side whose
+    placements' medians lie further apart than ``PLACEMENT_NOTE_SPREAD``. ``timing`` as the timer returned it,
+    and no medians, with one placement or when the rounds hold no sample for some placement of either side (a
+    timer that hands none over)."""
+    samples = rounds.samples
+    complete = all(samples[side][j] for side in SIDES for j in range(rounds.placements))
+    if rounds.placements == 1 or timing.ref_ms is None:
+        return timing, []
+    if not complete:
+        note = f"the timer's medians over all {rounds.placements} placements (it handed the rounds no samples)"
+        return attrs.evolve(timing, note="; ".join(x for x in (timing.note, note) if x)), []
+    fields: dict = {}
+    notes = [timing.note] if timing.note else []
+    for side, name in (("ref", "reference"), ("cand", "candidate")):
+        medians = [statistics.median(x) for x in samples[name]]
+        fields[f"{side}_ms"] = max(sum(medians) / len(medians), 1e-6)
+        fields[f"{side}_spread"] = spread([x / m for xs, m in zip(samples[name], medians) for x in xs])
+        low, high = min(medians), max(medians)
         if high > low * (1 + PLACEMENT_NOTE_SPREAD):
-            name = "reference" if side == "ref" else "candidate"
             notes.append(
                 f"the {name}'s time depends on where its inputs lie: {low:.4g}-{high:.4g} ms over "
-                f"{len(ms)} placements (their mean kept)"
+                f"{len(medians)} placements (their mean kept)"
             )
-    return TimingResult(**fields, reps=sum(t.reps for t in timings), note="; ".join(notes))
+    placement_ms = [
+        [statistics.median(r), statistics.median(c)] for r, c in zip(samples["reference"], samples["candidate"])
+    ]
+    return attrs.evolve(timing, **fields, note="; ".join(notes)), placement_ms
 
 
 def timing_inputs(state: EvaluationState, problem_mod) -> tuple[list, list]:
@@ -92,9 +99,9 @@ def timed_snapshot(outputs: list) -> list:
 
 def timing_pass(state: EvaluationState, problem_mod, reference, candidate, inputs) -> None:
     """Time reference against candidate, both called directly (the forward hooks resolved once) with the
-    candidate's launch instrumentation on, as in its trials: on each placement of the inputs in turn
-    (`placement.placements_for`: fewer where copies would not fit, 1 on a CPU), the repetitions shared among
-    them. Every pair runs on new input contents and some pairs, the last always, have their outputs checked
+    candidate's launch instrumentation on, as in its trials, in one timer call whose pairs go round the
+    placements of the inputs (`placement.placements_for`: fewer where copies would not fit, 1 on a CPU). Every
+    pair runs on new input contents and some pairs, the last always, have their outputs checked
     (`kzcore.timed.TimedRounds`): a wrong timed output is ``hack_suspected``. The timing fields go into
     ``state.fields``, with ``state.notes`` in the timing note."""
     run_reference, run_candidate = (
@@ -104,30 +111,24 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
     ref_placed, cand_placed = placements_for(
         state.config.timing_placements, state.config.placement_shift_mib, state.device, *inputs
     )
-    draw = timed_draw(state, problem_mod)
-    timings, checked = [], 0
+    rounds = TimedRounds(
+        timed_draw(state, problem_mod), ref_placed, cand_placed, functools.partial(timed_check, state),
+        timed_snapshot, state.config.timed_check_share,
+    )  # fmt: skip
     with state.clock("timing"):
         try:
-            for j, (ref_inputs, cand_inputs) in enumerate(zip(ref_placed, cand_placed)):
-                label = f"placement {j + 1} of {len(cand_placed)}" if len(cand_placed) > 1 else ""
-                rounds = TimedRounds(
-                    draw, ref_inputs, cand_inputs, functools.partial(timed_check, state), timed_snapshot,
-                    state.config.timed_check_share, label=label, final=j == len(cand_placed) - 1,
-                )  # fmt: skip
-                timing = state.pm.hook.kz_time_candidate(
-                    device=state.device,
-                    reference=lambda r=ref_inputs: run_reference(*r),
-                    candidate=lambda c=cand_inputs: run_candidate(*c),
-                    config=per_placement(state.config, len(cand_placed), j),
-                    rounds=rounds,
+            timing = state.pm.hook.kz_time_candidate(
+                device=state.device,
+                reference=lambda: run_reference(*rounds.ref_inputs),
+                candidate=lambda: run_candidate(*rounds.cand_inputs),
+                config=state.config,
+                rounds=rounds,
+            )
+            if not rounds.last_checked:
+                raise RuntimeError(
+                    "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
+                    "pairs through `rounds`: begin, took, end, and begin(last=True) for the last)"
                 )
-                if not rounds.last_checked:
-                    raise RuntimeError(
-                        "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
-                        "pairs through `rounds`: begin, took, end, and begin(last=True) for the last)"
-                    )
-                checked += rounds.checked
-                timings.append(timing)
         except TimedCheckFailed as exc:
             raise Verdict(Status.HACK_SUSPECTED, str(exc)) from None
         except Exception as exc:
@@ -135,7 +136,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
             raise Verdict(
                 Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, state.candidate_file)
             ) from None
-    timing = combine(timings)
+    timing, placement_ms = per_placement(timing, rounds)
     state.fields.update(
         ref_ms=timing.ref_ms,
         cand_ms=timing.cand_ms,
@@ -143,9 +144,9 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
         ref_spread=timing.ref_spread,
         cand_spread=timing.cand_spread,
         timing_reps=timing.reps,
-        timed_checks=checked + (state.fields.get("timed_checks") or 0),
+        timed_checks=rounds.checked + (state.fields.get("timed_checks") or 0),
         timing_note="; ".join(x for x in (timing.note, *state.notes) if x),
-        placement_ms=[[t.ref_ms, t.cand_ms] for t in timings] if len(timings) > 1 else [],
+        placement_ms=placement_ms,
     )
 
 
