@@ -108,6 +108,29 @@ def test_relative_error_fails_an_output_that_is_small_everywhere():
     assert check_relative_error(exact_zero, [torch.zeros(4, 4)], CPU, passed).ok
 
 
+def test_relative_errors_in_fp32_match_fp64_and_leave_out_what_the_reference_does_not_define():
+    from kzcore.evaluate.magnitude import relative_errors
+
+    torch.manual_seed(0)
+    e = torch.randn(1 << 20)
+    a = e * (1 + 3e-3 * torch.randn_like(e))
+    exact = float((a.double() - e.double()).norm() / e.double().norm())
+    (err,) = relative_errors([e], [a])
+    assert err == pytest.approx(exact, rel=1e-4)
+    (err16,) = relative_errors([e.half()], [a.half()])  # lower precisions are widened to fp32
+    assert err16 == pytest.approx(exact, rel=0.2)
+    e_inf, a_inf = e.clone(), a.clone()
+    e_inf[:10], a_inf[:10] = float("inf"), 0.0  # not finite in the reference: left out of both norms
+    assert relative_errors([e_inf], [a_inf])[0] == pytest.approx(
+        float((a[10:].double() - e[10:].double()).norm() / e[10:].double().norm()), rel=1e-4
+    )
+    a_nan = a.clone()
+    a_nan[5] = float("nan")  # NaN where the reference has a number: the error is NaN, which fails any bound
+    assert relative_errors([e], [a_nan])[0] != relative_errors([e], [a_nan])[0]
+    (err64,) = relative_errors([e.double()], [a.double()])
+    assert err64 == pytest.approx(exact, rel=1e-12)
+
+
 def test_kz_report_leaves_degenerate_problems_out_and_says_so(tmp_path, capsys):
     from kzcore.cli import main
     from kzcore.results import ResultsWriter
