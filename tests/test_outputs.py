@@ -53,3 +53,15 @@ def test_dtypes_pass_when_equal_and_fail_when_off(dtype):
     e = (torch.randn(256) + 3).to(dtype)
     assert compare([e], [e.clone()], EvalConfig()).ok
     assert not compare([e], [e * 1.5], EvalConfig()).ok
+
+
+def test_one_element_out_of_tolerance_fails_among_more_than_fp32_can_count():
+    """The fast path counts elements out of tolerance as a float: one among 2**24 + 8 must still fail, and one
+    NaN must too."""
+    e = torch.zeros(2**24 + 8)
+    a = e.clone()
+    a[-1] = 1.0
+    check = compare([e], [a], EvalConfig())
+    assert not check.ok and "1 of 16777224 elements outside" in check.message
+    a[-1] = float("nan")
+    assert not compare([e], [a], EvalConfig()).ok
