@@ -104,7 +104,14 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
 
 
 def _level_figures(results, jobs, wall: float) -> dict:
-    """One level's throughput figures from its results (all of them, or those a run cut short had)."""
+    """One level's throughput figures from its results (all of them, or those a run cut short had): with every
+    result that is not ``correct`` (its status and message: a correct solution judged otherwise under load is the
+    evaluator's fault) and each stage's summed seconds (how much of the work is the timed phase, which the
+    per-GPU lock serialises)."""
+    stages: dict[str, float] = {}
+    for r in results:
+        for name, seconds in (r.stages or {}).items():
+            stages[name] = stages.get(name, 0.0) + seconds
     return {
         "candidates": len(results),
         "submitted": len(jobs),
@@ -112,6 +119,17 @@ def _level_figures(results, jobs, wall: float) -> dict:
         "wall_s": round(wall, 3),
         "evals_per_min": round(60 * len(results) / wall, 2) if wall > 0 else None,
         "speedups": {f"level{r.level}/{r.problem}": r.speedup for r in results},
+        "not_correct": [
+            {
+                "problem": f"level{r.level}/{r.problem}",
+                "sample": r.sample,
+                "status": r.status.value,
+                "message": r.message[:400],
+            }
+            for r in results
+            if not r.correct
+        ],  # fmt: skip
+        "stage_total_s": {name: round(seconds, 3) for name, seconds in sorted(stages.items())},
     }
 
 

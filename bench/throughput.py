@@ -65,6 +65,11 @@ def measure(workers: int, problems, candidates, args, pm) -> dict:
     (level,) = {p.level for p in problems}
     figures = throughput_pass(problems, candidates, by_key, options, pm)[f"level{level}"]
     print(f"{workers} worker(s) per GPU: {figures['wall_s']} s, {figures['correct']} correct", file=sys.stderr)
+    for bad in figures.get("not_correct", []):
+        print(
+            f"  not correct: {bad['problem']} sample {bad['sample']}: {bad['status']}: {bad['message']}",
+            file=sys.stderr,
+        )
     return {"workers": workers, **figures}
 
 

@@ -6,9 +6,9 @@ prints a compact summary.
   self_reference  kz_time_candidate called directly with reference = candidate = the problem's own Model
                   (two instances, separate input clones), several passes: the ratio must be 1.00 +- 0.03
   implausible     a candidate that serves cached outputs once a timing loop starts (tests/adversarial/
-                  warm_cache.py): the re-verification must turn its speedup into hack_suspected; the same
-                  with re-verification off (what would have been accepted); built-in solutions put through a
-                  forced re-verification (its latency)
+                  warm_cache.py): it must be hack_suspected, and so with re-verification off (the checked
+                  timed pairs catch it alone); built-in solutions put through a forced re-verification (its
+                  latency)
   defence_costs   each repeat problem once with input variation, second shape and re-verification off
 
     python -m bench run timing --out bench/results/timing.json        (GPU)
@@ -274,14 +274,16 @@ class Bench:
         # A wall clock on a CPU cannot show the cache's full advantage: the smoke run lowers the threshold.
         threshold = {"implausible_speedup": SMOKE_IMPLAUSIBLE} if self.args.device == "cpu" else {}
         case("cache_after_warmup", "1_ReLU", cheat, "hack_suspected", False, **threshold)
-        case("cache_after_warmup_implausible_off", "1_ReLU", cheat, "correct", False, implausible_speedup=0.0)
+        # re-verification off: the checked timed pairs alone must catch it (the last pair is always checked, so
+        # no setting lets the cheat be scored as it would be if trusted)
+        case("cache_after_warmup_implausible_off", "1_ReLU", cheat, "hack_suspected", False, implausible_speedup=0.0)
         for name in self.args.forced.split(","):
             source = self.solutions[name].source
             case(f"forced_reverify_{name}", name, source, "correct", True, implausible_speedup=FORCED)
         caught = cases["cache_after_warmup"]
         return {"cases": cases, "ok": all(c["ok"] for c in cases.values()),
-                "cheat_speedup_when_trusted": cases["cache_after_warmup_implausible_off"]["speedup"],
-                "cheat_caught": caught["status"] == "hack_suspected" and "re-verification failed" in caught["message"],
+                "cheat_caught": all(c["status"] == "hack_suspected" for c in (caught, cases["cache_after_warmup_implausible_off"])),
+                "caught_by": "timed pair" if caught["message"].startswith("timed pair") else caught["message"][:80],
                 "wall_s": round(time.perf_counter() - t0, 3)}, rows  # fmt: skip
 
     # -- (d) -----------------------------------------------------------------------------------------
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             "e2e_median_s_under_1ms": repeat["e2e_median_s_under_1ms"],
             "self_reference_max_dev": self_ref["max_dev"],
             "implausible_cheat_caught": implausible["cheat_caught"],
-            "cheat_speedup_when_trusted": implausible["cheat_speedup_when_trusted"],
+            "implausible_caught_by": implausible["caught_by"],
             "ok": {
                 "repeat": repeat["ok"],
                 "e2e": repeat["e2e_ok"],
@@ -435,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(target <= {TARGET_E2E_S} s)"
     )
     print(f"  self-reference  max |ratio - 1| {s['self_reference_max_dev']} (target <= {TARGET_SELF_REF})")
-    print(f"  implausible     cheat caught: {s['implausible_cheat_caught']} "
-          f"(trusted, it would have scored {s['cheat_speedup_when_trusted']}x)")  # fmt: skip
+    print(f"  implausible     cheat caught: {s['implausible_cheat_caught']} (by: {s['implausible_caught_by']}; "
+          "with re-verification off too)")  # fmt: skip
     print(f"  ok {s['ok']}  wall {s['wall_s']}  total {report['total_s']} s")
     if not args.out:
         print(json.dumps(report, indent=2))

@@ -57,5 +57,6 @@ def test_a_cpu_run_measures_each_worker_count_and_writes_its_report(tmp_path, ow
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["partial"] is False and [r["workers"] for r in report["runs"]] == [1, 2]
-    assert all(r["candidates"] == 4 and r["correct"] == 4 for r in report["runs"])
+    assert all(r["candidates"] == 4 and r["correct"] == 4 and r["not_correct"] == [] for r in report["runs"])
+    assert all(r["stage_total_s"]["check"] > 0 for r in report["runs"])  # where the work went, stage by stage
     assert set(report["speedup_vs_first"]) == {"1", "2"} and isinstance(report["meets_target"], bool)
