@@ -65,3 +65,21 @@ def test_one_element_out_of_tolerance_fails_among_more_than_fp32_can_count():
     assert not check.ok and "1 of 16777224 elements outside" in check.message
     a[-1] = float("nan")
     assert not compare([e], [a], EvalConfig()).ok
+
+
+def test_inputs_are_compared_bit_for_bit_without_copies():
+    """The trials' check that a forward left its inputs alone: a copy nothing wrote is unchanged, NaNs and
+    strided views included; any write, even -0.0 over 0.0, is a change."""
+    from kzcore.evaluate.tensors import changed_inputs, same_bits
+
+    x = torch.randn(4, 6)
+    x[0, 0] = NAN
+    y = x.clone()
+    assert same_bits(x, y) and same_bits(x.t(), y.t()) and same_bits(x[:, ::2], y[:, ::2])
+    assert same_bits(x.bfloat16(), x.bfloat16()) and same_bits(torch.arange(5), torch.arange(5))
+    z = torch.complex(x, x)
+    assert same_bits(z, z.clone())
+    assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not same_bits(x, x.double()) and not same_bits(x, x[:2])
+    y[1, 1] += 1
+    assert changed_inputs([x, 3, torch.arange(3)], [y, 3, torch.arange(3)]) == [0]

@@ -129,6 +129,21 @@ def test_relative_errors_in_fp32_match_fp64_and_leave_out_what_the_reference_doe
     assert relative_errors([e], [a_nan])[0] != relative_errors([e], [a_nan])[0]
     (err64,) = relative_errors([e.double()], [a.double()])
     assert err64 == pytest.approx(exact, rel=1e-12)
+    for scale in (1e-30, 1e30):  # squares out of fp32's range: computed again in fp64, the same answer
+        assert relative_errors([e * scale], [a * scale])[0] == pytest.approx(exact, rel=1e-4)
+
+
+def test_rel_l2_sums_every_floating_output_and_leaves_out_what_the_reference_does_not_define():
+    from kzcore.evaluate.precision import rel_l2
+
+    torch.manual_seed(0)
+    e1, e2 = torch.randn(1000), torch.randn(10, 10)
+    a1, a2 = e1 + 1e-3 * torch.randn(1000), e2.clone()
+    exact = float(((a1.double() - e1.double()) ** 2).sum() / ((e1.double() ** 2).sum() + (e2.double() ** 2).sum()))
+    assert rel_l2([a1, a2, torch.arange(3)], [e1, e2, torch.arange(3)]) == pytest.approx(exact**0.5, rel=1e-4)
+    e1[0], a1[0] = float("nan"), 123.0  # a NaN in the reference: that element is left out
+    assert rel_l2([a1[1:]], [e1[1:]]) == pytest.approx(rel_l2([a1], [e1]), rel=1e-6)
+    assert rel_l2([torch.zeros(4)], [torch.zeros(4)]) == 0.0
 
 
 def test_kz_report_leaves_degenerate_problems_out_and_says_so(tmp_path, capsys):

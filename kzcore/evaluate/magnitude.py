@@ -8,6 +8,8 @@ Neighbour: `trials.trial` (a pipeline stage) runs it after ``kz_check_outputs`` 
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from kzcore.types import EvalConfig, OutputCheck
@@ -15,11 +17,37 @@ from kzcore.types import EvalConfig, OutputCheck
 RTOL_FLOOR = 1e-6  # a configured rtol of 0 still allows float noise
 
 
+FP32_NORM_FLOOR = 1e-6  # below this reference norm an fp32 sum of squares may have lost elements to underflow
+
+
+def error_norms(e, a) -> tuple[float, float]:
+    """(``||a - e||``, ``||e||``) over the elements where the reference ``e`` is finite. In fp32 for outputs of
+    32 bits or fewer: the output check of every trial and checked timed pair makes this, and fp64 doubles its
+    memory traffic; the norms' rounding (~1e-6 relative) is far below any bound they are held to. Squares leave
+    fp32's range above ~1.8e19 and below ~1e-19, so a reference norm that overflowed or came out under
+    ``FP32_NORM_FLOOR`` is computed again in fp64 (an error norm that overflowed next to a finite reference norm
+    fails any bound either way). float64 and complex128 outputs are computed in their own precision."""
+    import torch
+
+    if e.dtype in (torch.float64, torch.complex128):
+        wide = e.dtype
+    else:
+        wide = torch.complex64 if e.is_complex() else torch.float32
+    e_w, a_w = e.detach().to(wide), a.detach().to(wide)
+    finite = torch.isfinite(e_w)
+    if not bool(finite.all()):
+        e_w, a_w = torch.where(finite, e_w, 0), torch.where(finite, a_w, 0)
+    ref = float(torch.linalg.vector_norm(e_w))
+    if wide in (torch.float32, torch.complex64) and not (math.isfinite(ref) and ref >= FP32_NORM_FLOOR):
+        wider = torch.complex128 if e.is_complex() else torch.float64
+        e_w, a_w = e_w.to(wider), a_w.to(wider)
+        ref = float(torch.linalg.vector_norm(e_w))
+    return float(torch.linalg.vector_norm(a_w - e_w)), ref
+
+
 def relative_errors(expected: list, actual: list) -> list[float | None]:
-    """``||a - e|| / ||e||`` per output (None: not floating, empty, or a reference of exact zeros). Computed in
-    fp32 for outputs of 32 bits or fewer (the norms' rounding, ~1e-6 relative, is far below any bound checked
-    here, and fp64 would double the traffic of the output check every checked timed pair makes), in the output's
-    own precision for float64 and complex128; elements where the reference is not finite are left out."""
+    """``||a - e|| / ||e||`` per output (None: not floating, empty, or a reference of exact zeros), over the
+    elements where the reference is finite (`error_norms`)."""
     import torch
 
     out: list[float | None] = []
@@ -27,16 +55,8 @@ def relative_errors(expected: list, actual: list) -> list[float | None]:
         if not (isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex()) and e.numel()):
             out.append(None)
             continue
-        if e.dtype in (torch.float64, torch.complex128):
-            wide = e.dtype
-        else:
-            wide = torch.complex64 if e.is_complex() else torch.float32
-        e_w, a_w = e.detach().to(wide), a.detach().to(wide)
-        finite = torch.isfinite(e_w)
-        if not bool(finite.all()):
-            e_w, a_w = torch.where(finite, e_w, 0), torch.where(finite, a_w, 0)
-        norm = float(torch.linalg.vector_norm(e_w))
-        out.append(float(torch.linalg.vector_norm(a_w - e_w)) / norm if norm > 0 else None)
+        err, norm = error_norms(e, a)
+        out.append(err / norm if norm > 0 else None)
     return out
 
 

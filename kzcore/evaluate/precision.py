@@ -20,17 +20,19 @@ FP32_CLASS = 1e-5  # relative L2 error at or below this is fp32 arithmetic (reor
 
 
 def rel_l2(actual: list, expected: list) -> float:
-    """sqrt(sum |a - e|^2 / sum |e|^2) over every floating output, in float64 (0 when the reference is 0)."""
+    """sqrt(sum |a - e|^2 / sum |e|^2) over every floating output's elements where the reference is finite (0
+    when the reference is 0); each output's norms by `magnitude.error_norms`, summed in float64."""
     import torch
+
+    from kzcore.evaluate.magnitude import error_norms
 
     num = den = 0.0
     for a, e in zip(actual, expected):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
             continue
-        e64, a64 = e.detach().to(torch.float64), a.detach().to(torch.float64)
-        finite = torch.isfinite(e64)
-        num += float(((a64 - e64)[finite] ** 2).sum())
-        den += float((e64[finite] ** 2).sum())
+        err, norm = error_norms(e, a)
+        num += err * err
+        den += norm * norm
     return math.sqrt(num / den) if den > 0 else 0.0
 
 
