@@ -140,6 +140,22 @@ def test_a_declared_cache_that_would_expose_a_shared_one_stays_read_only(monkeyp
     assert len(cache_fence.refused_writable([str(p) for p in declared])) == len(declared) - 2 + 1
 
 
+def test_the_profile_directory_is_writable_unless_it_exposes_a_shared_cache(monkeypatch, tmp_path):
+    """KZ_WORKER_PROFILE=DIR: the worker writes its cProfiles to DIR from inside the sandbox, so DIR is writable,
+    held to the same rule as any other asked-for directory."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "kz"))
+    monkeypatch.delenv("KZ_SANDBOX_WRITABLE", raising=False)
+    scratch = tmp_path / "scratch"
+    monkeypatch.setenv("KZ_WORKER_PROFILE", str(tmp_path / "prof"))
+    assert cache_fence.writable_paths(scratch) == [scratch, tmp_path / "prof"]
+    inside = tmp_path / "kz" / PROBLEM_CHECKS / "prof"  # inside kzcore's problem checks
+    monkeypatch.setenv("KZ_WORKER_PROFILE", str(inside))
+    assert cache_fence.writable_paths(scratch) == [scratch]
+    assert [r.split(" ")[0] for r in cache_fence.refused_writable()] == [str(inside)]
+
+
 def test_a_worker_gets_every_compiler_cache_of_its_own_and_reads_kzcore_where_its_parent_does(monkeypatch, tmp_path):
     monkeypatch.delenv("KZ_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

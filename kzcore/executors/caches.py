@@ -88,20 +88,25 @@ def shared_overlap(path: Path, containers: Sequence[Path], trees: Sequence[Path]
 def writable_paths(scratch: Path, caches: Sequence[str] = ()) -> list[Path]:
     """What a worker may write: its scratch directory (its working directory, temporary files and its private
     compiler caches, `private_caches`), and of ``caches`` (the registered languages' compiler caches,
-    `Language.writable_caches`) and the directories listed in KZ_SANDBOX_WRITABLE (os.pathsep-separated) those
-    that expose no shared cache (`shared_overlap`: not ~/.cache, not the kzcore cache or its problem checks,
-    not a model cache, not ~/.triton, ...). Missing ones are created (a bind mount needs its target)."""
+    `Language.writable_caches`), the directories listed in KZ_SANDBOX_WRITABLE (os.pathsep-separated) and the
+    profile directory KZ_WORKER_PROFILE names (the worker writes its cProfiles there) those that expose no shared
+    cache (`shared_overlap`: not ~/.cache, not the kzcore cache or its problem checks, not a model cache, not
+    ~/.triton, ...). Missing ones are created (a bind mount needs its target)."""
     containers, trees = shared_caches()
-    asked = [*map(Path, caches), *(Path(p) for p in os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep) if p)]
-    return [scratch, *(p for p in asked if shared_overlap(p, containers, trees) is None)]
+    return [scratch, *(p for p in _asked(caches) if shared_overlap(p, containers, trees) is None)]
+
+
+def _asked(caches: Sequence[str]) -> list[Path]:
+    """The directories a worker is asked to write: ``caches``, KZ_SANDBOX_WRITABLE's and KZ_WORKER_PROFILE's."""
+    listed = [*os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep), os.environ.get("KZ_WORKER_PROFILE", "")]
+    return [*map(Path, caches), *(Path(p) for p in listed if p)]
 
 
 def refused_writable(caches: Sequence[str] = ()) -> list[str]:
     """The asked-for writable directories `writable_paths` leaves read-only, each with the shared one it exposes."""
     containers, trees = shared_caches()
-    asked = [*map(Path, caches), *(Path(p) for p in os.environ.get("KZ_SANDBOX_WRITABLE", "").split(os.pathsep) if p)]
     out = []
-    for path in asked:
+    for path in _asked(caches):
         shared = shared_overlap(path, containers, trees)
         if shared is not None:
             out.append(f"{path} ({shared})" if _resolved(path) != shared else str(path))
