@@ -47,7 +47,9 @@ class Bench:
 
 
 BENCHES = (
-    Bench("check_cost", "gpu", "a timed pair's output check, output copy and input draw by size (--fused: one-pass check)"),
+    Bench(
+        "check_cost", "gpu", "a timed pair's output check, output copy and input draw by size (--fused: one-pass check)"
+    ),
     Bench("cuda_compile", "cpu", "NVRTC compile latency of the built-in CUDA solutions (--inline: load_inline too)"),
     Bench("faults", "cpu", "fault tolerance: faulty, cheating and good candidates through one worker pool"),
     Bench("harness", "gpu", "evaluator throughput and latency, built-in Triton solutions (--scaling: 1 vs all GPUs)"),
