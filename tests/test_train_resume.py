@@ -132,8 +132,12 @@ def test_sft_interrupted_after_k_steps_resumes_at_k(tmp_path, training):
     assert match and match.group(1) == match.group(2), line
     k = int(match.group(1))
     assert 2 <= k < steps
-    complete = [p.name for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
-    assert complete == [f"checkpoint-{k}"]  # only the newest save is kept
+    complete = sorted(
+        int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists()
+    )
+    # the newest save is the one named; only it is kept, but an interrupt between a save and the rotation after it
+    # leaves the save before it too (older, and removed when the run ends)
+    assert complete[-1] == k and len(complete) <= 2, complete
 
     resumed = subprocess.run(args, capture_output=True, text=True, env=kz_env(), timeout=DEADLINE_S)
     assert resumed.returncode == 0, resumed.stderr
