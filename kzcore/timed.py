@@ -80,8 +80,7 @@ class TimedRounds:
         from kzcore.evaluate.tensors import refill_in_place
 
         self.index = self.pairs % self.placements
-        if self.placements > 1:
-            self.ref_inputs, self.cand_inputs = self.ref_placed[self.index], self.cand_placed[self.index]
+        self.ref_inputs, self.cand_inputs = self.ref_placed[self.index], self.cand_placed[self.index]
         if self.draw is not None:
             values = self.draw(self.rng.getrandbits(31))
             refill_in_place(self.ref_inputs, values)

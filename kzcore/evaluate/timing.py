@@ -35,16 +35,16 @@ def per_placement(timing: TimingResult, rounds: TimedRounds) -> tuple[TimingResu
     and no medians, with one placement or when the rounds hold no sample for some placement of either side (a
     timer that hands none over)."""
     samples = rounds.samples
-    complete = all(samples[side][j] for side in SIDES for j in range(rounds.placements))
     if rounds.placements == 1 or timing.ref_ms is None:
         return timing, []
-    if not complete:
+    if not all(samples[side][j] for side in SIDES for j in range(rounds.placements)):
         note = f"the timer's medians over all {rounds.placements} placements (it handed the rounds no samples)"
         return attrs.evolve(timing, note="; ".join(x for x in (timing.note, note) if x)), []
     fields: dict = {}
     notes = [timing.note] if timing.note else []
+    medians_of = {name: [statistics.median(x) for x in samples[name]] for name in SIDES}
     for side, name in (("ref", "reference"), ("cand", "candidate")):
-        medians = [statistics.median(x) for x in samples[name]]
+        medians = medians_of[name]
         fields[f"{side}_ms"] = max(sum(medians) / len(medians), 1e-6)
         fields[f"{side}_spread"] = spread([x / m for xs, m in zip(samples[name], medians) for x in xs])
         low, high = min(medians), max(medians)
@@ -53,9 +53,7 @@ def per_placement(timing: TimingResult, rounds: TimedRounds) -> tuple[TimingResu
                 f"the {name}'s time depends on where its inputs lie: {low:.4g}-{high:.4g} ms over "
                 f"{len(medians)} placements (their mean kept)"
             )
-    placement_ms = [
-        [statistics.median(r), statistics.median(c)] for r, c in zip(samples["reference"], samples["candidate"])
-    ]
+    placement_ms = [list(pair) for pair in zip(medians_of["reference"], medians_of["candidate"])]
     return attrs.evolve(timing, **fields, note="; ".join(notes)), placement_ms
 
 
