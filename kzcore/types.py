@@ -246,6 +246,9 @@ class OutputCheck:
     message: str = ""
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
+    # (||a - e||, ||e||) per output, where the check computed them on the way (None where it did not): the
+    # core's relative-error check (`evaluate.magnitude`) takes them instead of reading the outputs again
+    norms: tuple[tuple[float, float] | None, ...] = ()
 
 
 @attrs.frozen

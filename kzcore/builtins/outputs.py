@@ -3,7 +3,10 @@ then elementwise tolerance."""
 
 from __future__ import annotations
 
+import math
+
 from kzcore import hookimpl
+from kzcore.evaluate import magnitude
 from kzcore.types import OutputCheck
 
 
@@ -12,13 +15,20 @@ def broadcast_dims(t) -> set[int]:
     return {d for d, (size, stride) in enumerate(zip(t.shape, t.stride())) if size > 1 and stride == 0}
 
 
-def compare(expected, actual, config) -> OutputCheck:
+def compare(expected, actual, config, summarise=None) -> OutputCheck:
+    """The check. ``summarise(e, a, atol, rtol)``, where given, may answer the elementwise fast path for a
+    floating output in one pass: (elements outside, max abs error, max relative error, ``||a - e||``,
+    ``||e||`` over the elements where ``e`` is finite), or None to leave that output to the torch passes here
+    (kz_triton's one-pass GPU check answers this way). The norms it gives ride on the verdict
+    (``OutputCheck.norms``) for the core's relative-error check."""
     import torch
 
     if len(expected) != len(actual):
         return OutputCheck(False, f"returned {len(actual)} outputs, expected {len(expected)}")
     worst_abs = worst_rel = 0.0
+    norms: list[tuple[float, float] | None] = []
     for i, (e, a) in enumerate(zip(expected, actual)):
+        norms.append(None)
         where = f"output {i}" if len(expected) > 1 else "output"
         if type(a) not in (torch.Tensor, torch.nn.Parameter):  # subclasses can be lazy or lie
             return OutputCheck(False, f"{where} is {type(a).__name__}, expected a plain torch.Tensor")
@@ -41,28 +51,42 @@ def compare(expected, actual, config) -> OutputCheck:
                 )
             continue
         tol = config.tolerance_for(str(e.dtype))
-        # fp32 arithmetic is exact enough against any tolerance >= 1e-6 and halves the memory traffic
-        wide = e.dtype if e.dtype == torch.float64 or e.is_complex() else torch.float32
-        e_w, a_w = e.to(wide), a.to(wide)
         if not e.numel():
             continue
-        # Fast path, one device sync: every element within tolerance (NaN or Inf anywhere fails it: a NaN
-        # compares false, so it is never within). In place where a temporary allows: the checked timed pairs
-        # run this on every checked output
-        diff = (a_w - e_w).abs() if e.is_complex() else (a_w - e_w).abs_()  # a complex abs is real: not in place
-        size = e_w.abs()
-        n_out = (diff <= size.mul(tol.rtol).add_(tol.atol)).logical_not_().sum()
-        rel = diff / size.clamp_min_(tol.atol)
-        # the count as a float: exact up to 2**24 and never 0 when some element is out
-        n_out, max_abs, max_rel = torch.stack([n_out.to(diff.dtype), diff.max(), rel.max()]).tolist()
-        if n_out == 0:
+        # fp32 arithmetic is exact enough against any tolerance >= 1e-6 and halves the memory traffic
+        wide = e.dtype if e.dtype == torch.float64 or e.is_complex() else torch.float32
+        summary = summarise(e, a, tol.atol, tol.rtol) if summarise is not None and not e.is_complex() else None
+        if summary is not None:
+            n_out, max_abs, max_rel, err_norm, ref_norm = summary
+            if math.isfinite(ref_norm) and ref_norm >= magnitude.FP32_NORM_FLOOR:
+                norms[-1] = (err_norm, ref_norm)
+        else:
+            n_out, max_abs, max_rel = _fast(e.to(wide), a.to(wide), tol)
+        # Fast path: every element within tolerance. NaN anywhere fails it (a NaN compares false, so it is never
+        # within); so does an infinite error, which an infinite reference element's bound would let through
+        if n_out == 0 and math.isfinite(max_abs):
             worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
             continue
-        verdict = _exact(where, e_w, a_w, tol, worst_abs, worst_rel)
+        norms[-1] = None
+        verdict = _exact(where, e.to(wide), a.to(wide), tol, worst_abs, worst_rel)
         if not verdict.ok:
             return verdict
         worst_abs, worst_rel = verdict.max_abs_err, verdict.max_rel_err
-    return OutputCheck(True, "", worst_abs, worst_rel)
+    return OutputCheck(True, "", worst_abs, worst_rel, norms=tuple(norms))
+
+
+def _fast(e_w, a_w, tol) -> tuple[float, float, float]:
+    """(elements outside tolerance, max abs error, max relative error) in one device sync; in place where a
+    temporary allows, since the checked timed pairs run this on every checked output."""
+    import torch
+
+    diff = (a_w - e_w).abs() if e_w.is_complex() else (a_w - e_w).abs_()  # a complex abs is real: not in place
+    size = e_w.abs()
+    n_out = (diff <= size.mul(tol.rtol).add_(tol.atol)).logical_not_().sum()
+    rel = diff / size.clamp_min_(tol.atol)
+    # the count as a float: exact up to 2**24 and never 0 when some element is out
+    n_out, max_abs, max_rel = torch.stack([n_out.to(diff.dtype), diff.max(), rel.max()]).tolist()
+    return n_out, max_abs, max_rel
 
 
 def _exact(where: str, e64, a64, tol, worst_abs: float, worst_rel: float) -> OutputCheck:

@@ -48,9 +48,11 @@ class Triton(Language):
         return paths
 
     def worker_started(self, device):
+        from kz_triton import check
         from kz_triton.runtime import warm_up
 
         warm_up(device)
+        check.warm(device)  # before any candidate: the output check is never compiled after one ran
 
     def load_candidate(self, path, device):
         from kz_triton.runtime import load_module
@@ -79,3 +81,18 @@ TRITON = Triton()
 @hookimpl
 def kz_register_languages(register):
     register(TRITON)
+
+
+@hookimpl(tryfirst=True)
+def kz_check_outputs(expected, actual, config):
+    """The core's output check with its elementwise pass done by one Triton kernel (`kz_triton.check`) on a GPU
+    where this worker compiled it; for every candidate's language, since the check is the evaluator's. None
+    (the core's own check answers) where the kernel was not compiled: a CPU worker, a process that is not a
+    worker."""
+    from kz_triton import check
+
+    if not check.ready():
+        return None
+    from kzcore.builtins.outputs import compare
+
+    return compare(expected, actual, config, summarise=check.summarise)
