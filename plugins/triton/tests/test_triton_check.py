@@ -3,6 +3,7 @@ check (in Triton's CPU interpreter, in a fresh interpreter since Triton reads it
 what keeps a candidate from steering it."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ AGREEMENT = textwrap.dedent(
     import json, math
     import torch
     from kz_triton import check
-    from kzcore.builtins.outputs import compare
+    from kzcore.builtins.outputs import compare, _fast
     from kzcore.evaluate.checking import check_outputs
     from kzcore.evaluate import magnitude
     from kzcore.types import EvalConfig
@@ -54,7 +55,10 @@ AGREEMENT = textwrap.dedent(
         tol = config.tolerance_for(str(ref.dtype))
         s = flat(ref, cand, tol.atol, tol.rtol)
         err, norm = magnitude.error_norms(ref, cand)
+        fast = _fast(ref.float(), cand.float(), tol)
         out[name] = {
+            "maxima": [s[1], s[2]], "torch_maxima": list(fast[1:]),
+            "same_count": s[0] == fast[0],
             "torch": torch_verdict.ok, "fused": fused_verdict.ok, "message": fused_verdict.message,
             "torch_message": torch_verdict.message, "n_out": s[0],
             "norm_rel": abs(s[4] - norm) / norm if norm and math.isfinite(norm) and math.isfinite(s[4]) else None,
@@ -85,6 +89,10 @@ def test_the_one_pass_check_gives_the_torch_checks_verdict_on_every_case(agreeme
 
 
 def test_the_one_pass_counts_and_norms_match_the_torch_ones(agreement):
+    for name, row in agreement.items():
+        assert row["same_count"], name
+        if all(map(math.isfinite, row["torch_maxima"])):
+            assert row["maxima"] == pytest.approx(row["torch_maxima"], rel=1e-6), name
     assert agreement["passing"]["n_out"] == 0
     assert agreement["one_out"]["n_out"] == 1
     assert agreement["nan"]["n_out"] == 1
