@@ -261,7 +261,11 @@ def kz_check_outputs(expected: Sequence[Any], actual: Sequence[Any], config: Eva
     :param actual: the candidate outputs, flattened the same way.
     :param config: tolerances (``config.tolerance_for(dtype)``).
     :return: an ``OutputCheck``. The core's default requires equal count, shape, dtype and device, no NaN
-        or Inf where the reference has none, and ``|a - e| <= atol + rtol * |e|`` elementwise.
+        or Inf where the reference has none, and ``|a - e| <= atol + rtol * |e|`` elementwise. A check that
+        computed ``||a - e||`` and ``||e||`` on the way may put them in ``OutputCheck.norms``; the core's
+        relative-error check, which runs after whichever plugin answered, then takes them. kz_triton answers
+        on GPU workers with the default's rules and a one-pass kernel (``kzcore.builtins.outputs.compare``
+        with ``summarise``).
 
     Stops at first non-None result.
     """
