@@ -59,6 +59,7 @@ _PUBLIC = {
     ),  # fmt: skip
     "guard": "kzcore.evaluate.guard",  # a module: guard.suspended(), guard.compile_only(), guard.PrecompileAbort
     "one_shot": "kzcore.builtins.prompting",
+    "compare_outputs": "kzcore.builtins.outputs",  # the default output check; ``summarise`` for a one-pass kernel
     "code_blocks": "kzcore.builtins.extraction",  # (tag, body) of each fenced block in a completion
     **dict.fromkeys(("cache_dir", "cache_root"), "kzcore.cache"),
     # executor plugins

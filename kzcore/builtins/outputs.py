@@ -75,6 +75,9 @@ def compare(expected, actual, config, summarise=None) -> OutputCheck:
     return OutputCheck(True, "", worst_abs, worst_rel, norms=tuple(norms))
 
 
+compare_outputs = compare  # its public name (``kzcore.compare_outputs``): a plugin's check built on the default
+
+
 def _fast(e_w, a_w, tol) -> tuple[float, float, float]:
     """(elements outside tolerance, max abs error, max relative error) in one device sync; in place where a
     temporary allows, since the checked timed pairs run this on every checked output."""

@@ -93,6 +93,6 @@ def kz_check_outputs(expected, actual, config):
 
     if not check.ready():
         return None
-    from kzcore.builtins.outputs import compare
+    from kzcore import compare_outputs
 
-    return compare(expected, actual, config, summarise=check.summarise)
+    return compare_outputs(expected, actual, config, summarise=check.summarise)

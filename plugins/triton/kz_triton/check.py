@@ -1,4 +1,4 @@
-"""The output check in one pass on the GPU. The core's check (``kzcore.builtins.outputs.compare``) runs about a
+"""The output check in one pass on the GPU. The core's check (``kzcore.compare_outputs``) runs about a
 dozen torch passes over every output of every trial and checked timed pair; this kernel reads the reference
 and the candidate's output once and returns, per output, what the check's fast path needs: how many elements
 lie outside ``atol + rtol*|e|`` (NaN counts as outside), the largest absolute and relative errors, and the
