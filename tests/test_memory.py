@@ -77,3 +77,43 @@ def test_the_worker_releases_the_cache_after_each_gpu_job_only():
     # an H200 worker still held 19.3 GB right after the result)
     sends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and ast.unparse(n).startswith("conn.send(('result'")]
     assert len(sends) == 1 and calls[0].lineno < sends[0].lineno
+
+
+def test_cyclic_garbage_is_collected_at_a_jobs_end_never_inside_it():
+    """No collector pause can land inside a trial or a timing (it would raise the timer's launch cover), and
+    trials and timing see the same collector state."""
+    import gc
+    import weakref
+
+    from kzcore.executors.worker import collected_after
+
+    class Node:
+        pass
+
+    assert gc.isenabled()
+    with collected_after():
+        assert not gc.isenabled()
+        node = Node()
+        node.me = node  # a cycle: only the collector frees it
+        alive = weakref.ref(node)
+        del node
+        for _ in range(100_000):  # enough allocations to trigger automatic collections, were they on
+            junk = [[]]  # noqa: F841
+        assert alive() is not None
+    assert alive() is None and gc.isenabled()
+
+
+def test_the_worker_runs_each_job_inside_collected_after_with_start_up_frozen():
+    import ast
+    from pathlib import Path
+
+    from kzcore.executors import worker
+
+    tree = ast.parse(Path(worker.__file__).read_text())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "worker_main")
+    loop = next(n for n in ast.walk(main) if isinstance(n, ast.While))
+    withs = [n for n in ast.walk(loop) if isinstance(n, ast.With)]
+    job = next(w for w in withs if any("run_job" in ast.unparse(s) for s in w.body))
+    assert "collected_after()" in [ast.unparse(item.context_expr) for item in job.items]
+    source = ast.unparse(main)
+    assert source.index("slate.snapshot()") < source.index("gc.freeze()") < source.index("while True")

@@ -9,6 +9,7 @@ languages need before their plugins load here (environment, writable caches) com
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -135,6 +136,24 @@ def _profiled(directory: str | None, n: int, job):
         profile.dump_stats(str(Path(directory) / f"{os.getpid()}-{n}-{name}.pstats"))
 
 
+@contextlib.contextmanager
+def collected_after():
+    """Python's cyclic garbage collector off inside a job and run once at its end. A collection can stop the
+    host for milliseconds at any allocation; inside a timing that lands between the launch cover and the
+    call it times and raises the cover for every later sample (``timeit`` turns it off for the same reason).
+    Off for the whole job, trials and timing alike, so a candidate cannot tell them apart by when its
+    garbage is collected. The worker froze its start-up objects (`gc.freeze`), so the collection here scans
+    only what jobs left."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        if was_on:
+            gc.enable()
+
+
 def _release_cache() -> None:
     """The device memory this worker cached beyond ``memory.KEEP_CACHED`` goes back between jobs (other workers
     and the trainer share the GPU), never while another worker times (``devicelock.device_work``). A failure
@@ -244,6 +263,7 @@ def worker_main(
             fences["process_guard"] = "off"
         ignore_timer_signals()
         slate.snapshot()
+        gc.freeze()  # start-up's objects: never scanned by the collections between jobs (`collected_after`)
         info["pid"] = os.getpid()
         info["sandbox"] = fences
         info["start_s"] = phases
@@ -251,26 +271,29 @@ def worker_main(
         conn.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
         return
     conn.send(("ready", info))
-    profile_dir, jobs_done = os.environ.get(PROFILE_DIR), 0
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        conn.send(("started",))  # a death before this is not the job's doing: the pool sends it again
-        jobs_done += 1
-        with _profiled(profile_dir, jobs_done, job):
+    try:
+        profile_dir, jobs_done = os.environ.get(PROFILE_DIR), 0
+        while True:
             try:
-                result, poisoned = run_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
-            except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
-                result, poisoned = _escaped(job, exc), False
-            strays = slate.restore()  # before reporting: a death while restoring is charged to this job
-        if strays:
-            result = _left_processes(result, strays)
-        if device == "cuda" and not poisoned:
-            _release_cache()  # before reporting: when a result arrives, the worker's memory is already back
-        conn.send(("result", result, poisoned))
-        if poisoned:
-            return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            conn.send(("started",))  # a death before this is not the job's doing: the pool sends it again
+            jobs_done += 1
+            with _profiled(profile_dir, jobs_done, job), collected_after():
+                try:
+                    result, poisoned = run_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
+                except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
+                    result, poisoned = _escaped(job, exc), False
+                strays = slate.restore()  # before reporting: a death while restoring is charged to this job
+            if strays:
+                result = _left_processes(result, strays)
+            if device == "cuda" and not poisoned:
+                _release_cache()  # before reporting: when a result arrives, the worker's memory is already back
+            conn.send(("result", result, poisoned))
+            if poisoned:
+                return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
+    finally:
+        gc.unfreeze()  # frozen objects are never freed at exit: nanobind (Triton) would report them leaked
