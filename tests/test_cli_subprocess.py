@@ -137,13 +137,20 @@ def test_train_on_a_cpu_machine_with_use_cpu_false(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 
 
+def sigint_default() -> None:
+    """In the child: Ctrl-C's default action, whatever this suite inherited (a shell starts background jobs
+    with SIGINT ignored, and an ignored SIGINT stays ignored in every process below, kz included)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_when(args: list[str], ready, **env: str) -> subprocess.CompletedProcess:
     """Start `kz ARGS`, wait until ``ready()``, send SIGINT as a terminal's Ctrl-C would, collect the exit. A
     command still running DEADLINE_S after the signal (it waited for the SLOW_S work it was interrupted in)
     fails the test."""
     proc = subprocess.Popen(
-        [str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env(**env)
-    )
+        [str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env(**env),
+        preexec_fn=sigint_default,
+    )  # fmt: skip
     deadline = time.monotonic() + DEADLINE_S
     while not ready():
         assert proc.poll() is None, proc.communicate()

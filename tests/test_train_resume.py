@@ -24,7 +24,7 @@ from kzcore.train.trl_run import (
     save_cadence,
     unfinished_phase_dirs,
 )
-from tests.test_cli_subprocess import KZ, kz_env
+from tests.test_cli_subprocess import KZ, kz_env, sigint_default
 from tests.tinymodel import build_tiny_checkpoint
 
 DEADLINE_S = 600  # a hang guard only: the test waits for events, however slow the machine
@@ -114,7 +114,9 @@ def test_sft_interrupted_after_k_steps_resumes_at_k(tmp_path, training):
     out, steps = tmp_path / "sft", 120  # a fast machine trains ~30 tiny steps a second: room for the signal
     args = [str(KZ), "sft", "--model", str(model), "--data", str(data), "--out", str(out), "--cpu", "--quiet"]
     args += ["--max-steps", str(steps), "--batch-size", "1", "--max-length", "128", "--save-steps", "1"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env())
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env(), preexec_fn=sigint_default
+    )
     deadline = time.monotonic() + DEADLINE_S
     while not saved_at_least(out, 2):  # a save of the second step or later is complete (only the newest is kept)
         assert proc.poll() is None, proc.communicate()
