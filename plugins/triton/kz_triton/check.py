@@ -75,8 +75,8 @@ def _plain_triton():
     """Triton's launch-time hooks and knobs at their defaults for the check's launch, then put back."""
     from triton import knobs
 
-    saved = [(knobs.runtime, name, getattr(knobs.runtime, name)) for name in _RUNTIME_KNOBS]
-    saved += [(knobs.compilation, name, getattr(knobs.compilation, name)) for name in _COMPILATION_KNOBS]
+    saved = [(group, name, getattr(group, name)) for group, names in ((knobs.runtime, _RUNTIME_KNOBS),
+             (knobs.compilation, _COMPILATION_KNOBS)) for name in names if hasattr(group, name)]  # fmt: skip
     try:
         for group, name, value in saved:
             if name in _HOOK_CHAINS:  # what the launcher calls: an empty chain, whatever was put there
