@@ -193,6 +193,13 @@ def test_the_tolerance_grows_with_the_outputs_never_shrinks():
     assert variation.varied_config(config, base, [0.02, 5.0]) is config
     nan_inf = torch.tensor([1.0, float("nan"), float("inf"), 3.0])
     assert variation.magnitudes([nan_inf]) == [1.0]  # non-finite elements count as 0
+    torch.manual_seed(0)
+    y = torch.randn(100_003) * 5
+    exact = float(y.double().abs().mean())
+    assert variation.magnitudes([y])[0] == pytest.approx(exact, rel=1e-5)  # the one-pass fp32 sum
+    assert variation.magnitudes([y.half()])[0] == pytest.approx(exact, rel=1e-3)  # fp16's sum is not its own
+    huge = torch.full((4,), 3e38)  # the fp32 sum overflows: the fp64 mean answers
+    assert variation.magnitudes([huge]) == [pytest.approx(3e38)]
 
 
 def test_results_from_before_these_fields_still_load():

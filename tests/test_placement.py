@@ -181,3 +181,16 @@ def test_no_placements_on_a_cpu(tmp_path):
     seen = Seen()
     timing_pass(state, None, Seen(), seen, ([x, 1.0], [x, 1.0]))
     assert len(timer.calls) == 1 and set(seen.addresses) == {x.data_ptr()}
+
+
+def test_the_states_seed_gives_torch_manual_seeds_random_stream(tmp_path):
+    """`EvaluationState.seed` skips the calls torch.manual_seed queues for backends a worker never uses; the
+    draws it seeds are the same."""
+    state = placement_state(tmp_path, PlacementTimer(pairs=1), device="cpu")
+    state.seed(1234)
+    ours = (torch.randn(5), torch.rand(3), torch.randint(0, 100, (4,)))
+    torch.manual_seed(1234)
+    theirs = (torch.randn(5), torch.rand(3), torch.randint(0, 100, (4,)))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    state.seed(99)
+    assert not torch.equal(torch.randn(5), ours[0])
