@@ -126,15 +126,29 @@ def _launch_guard(_fn, kwargs):
 
 
 def _load(compiled) -> None:
-    """Finish what a first launch would do besides running: load the binary into the CUDA context and build
-    Triton's launcher for this signature (a C compile, about 0.2 s, for each new one), outside the evaluation
-    stages' locks but under the shared GPU lock, so it never runs while another worker times."""
+    """Finish what a first launch would do besides running: build Triton's launcher for this signature, then
+    load the binary into the CUDA context under the shared GPU lock, so the load never runs while another
+    worker times (both outside the evaluation stages' own locks)."""
     from kzcore import device_work
 
     init = getattr(compiled, "_init_handles", None)  # Triton's CompiledKernel (3.x)
     if callable(init):
+        _build_launcher(compiled)
         with device_work():  # loading the binary is device work: never while another worker times
             init()
+
+
+def _build_launcher(compiled) -> None:
+    """Where Triton builds a C launcher per signature (a system-compiler run of ~0.2 s, cached on disk and only
+    imported after), build it here, off the GPU lock: inside it, the build kept a waiting timing (which needs
+    every shared holder gone) out for its whole length. A Triton whose launcher needs no build, or whose API
+    differs, is left to build what it needs in the load, as before."""
+    if getattr(compiled, "module", None) is not None:
+        return  # loaded already
+    with contextlib.suppress(Exception):  # only a head start: the load below builds it and reports failures
+        from triton.runtime import driver
+
+        driver.active.launcher_cls(compiled.src, compiled.metadata)
 
 
 def precompile(model, inputs) -> bool:
