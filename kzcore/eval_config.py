@@ -126,6 +126,12 @@ class EvalConfig:
         0.1, "share of timed pairs whose outputs are checked against the reference's (the last always is)",
         attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(1)),
     )  # fmt: skip
+    # Every timed pair, drawn or not, has each side's outputs copied at this many positions right after its
+    # call and compared (kzcore/evaluate/spots.py): a skipped or reused timed call is caught in the pair it happens
+    timed_spots: int = _setting(
+        1024, "positions of every timed pair's outputs compared with the reference's (0: only drawn pairs checked)",
+        attrs.validators.ge(0),
+    )  # fmt: skip
     # Cached; a problem whose outputs are ~0, ~constant, input-independent, random or non-finite marks its
     # results `problem_degenerate`
     problem_check: bool = _setting(True, "checking each problem (degenerate outputs) before its candidates")

@@ -267,6 +267,12 @@ def kz_check_outputs(expected: Sequence[Any], actual: Sequence[Any], config: Eva
         on GPU workers with the default's rules and a one-pass kernel (``kzcore.builtins.outputs.compare``
         with ``summarise``).
 
+    An implementation that fails every output the default's elementwise rule fails (that rule, or a stricter
+    one) sets ``elementwise = True`` on its function (the default and kz_triton's do): every timed pair's
+    outputs are then compared at drawn positions by that rule (``kzcore/evaluate/spots.py``). Where any
+    registered implementation lacks it, only the drawn timed pairs and the last are checked, with a note in
+    the result.
+
     Stops at first non-None result.
     """
 

@@ -8,7 +8,9 @@ on input values or pointers can hit), ``took(side, outputs, ms)`` after each cal
 system's randomness, and always the last one) has the candidate's outputs copied at once, before the reference
 runs, and compared with the reference's on the same inputs by the trials' own checker; a mismatch raises
 `TimedCheckFailed`. Every pair keeps both sides' outputs until its end, so nothing a candidate can observe
-during a call tells a checked pair from another.
+during a call tells a checked pair from another. With ``spots`` (`kzcore.evaluate.spots.SpotCheck`) every
+pair is also compared at positions drawn for it, each side's values copied right after its call; the timer's
+the core reads those once the timer has returned (``finish()``).
 
 The pairs go round the placements (the same values in other device memory, `kzcore.evaluate.placement`): one
 timer call covers them all, so the GPU is settled, the calls warmed up and the launch cover learnt once per
@@ -46,7 +48,7 @@ class TimedRounds:
     input values; they are copied into the current placement of both sides in place. ``check(expected, actual,
     where)`` raises `TimedCheckFailed` when the candidate's outputs are wrong; ``snapshot(outputs)`` validates and
     copies the candidate's outputs (refusing what it does not own). ``share``: the probability that a pair is
-    checked; the last pair always is."""
+    checked; the last pair always is. ``spots``: a `kzcore.evaluate.spots.SpotCheck` for every pair (None: none)."""
 
     def __init__(
         self,
@@ -57,11 +59,12 @@ class TimedRounds:
         snapshot: Callable[[list], list],
         share: float,
         rng: random.Random | None = None,
+        spots=None,
     ):
         if len(ref_placed) != len(cand_placed) or not len(ref_placed):
             raise ValueError(f"{len(ref_placed)} reference and {len(cand_placed)} candidate placements")
         self.draw, self.ref_placed, self.cand_placed = draw, ref_placed, cand_placed
-        self.check, self.snapshot, self.share = check, snapshot, share
+        self.check, self.snapshot, self.share, self.spots = check, snapshot, share, spots
         self.rng = rng or random.SystemRandom()
         self.placements = len(ref_placed)
         self.index = 0
@@ -89,6 +92,8 @@ class TimedRounds:
         self._checking = last or (check if check is not None else self.rng.random() < self.share)
         self.last_checked = last
         self._outputs = {}
+        if self.spots is not None:
+            self.spots.begin()
 
     def took(self, side: str, outputs, ms: float | None = None) -> None:
         """After one call of the pair, the device synchronized: keep what it returned until `end`; a checked
@@ -101,23 +106,36 @@ class TimedRounds:
         outputs = as_list(outputs)
         if self._checking and side == "candidate":
             outputs = self.snapshot(outputs)
+        if self.spots is not None:
+            self.spots.take(side, outputs)
         self._outputs[side] = outputs
         if ms is not None:
             self.samples[side][self.index].append(ms)
 
     def end(self) -> None:
-        """After the pair: compare a checked pair's outputs (raises `TimedCheckFailed`); drop them all."""
+        """After the pair: queue its spot check, compare a checked pair's outputs (raises `TimedCheckFailed`);
+        drop them all."""
         outputs, self._outputs = self._outputs, {}
+        where = f"timed pair {self.pairs}"
+        if self.placements > 1:
+            where += f" (placement {self.index + 1} of {self.placements})"
+        if self.spots is not None:
+            self.spots.end(where)
         if not self._checking:
             return
         missing = [side for side in SIDES if side not in outputs]
         if missing:
             raise RuntimeError(f"the timer did not hand over the {' and '.join(missing)} outputs of a timed pair")
         self.checked += 1
-        where = f"timed pair {self.pairs}"
-        if self.placements > 1:
-            where += f" (placement {self.index + 1} of {self.placements})"
         self.check(outputs["reference"], outputs["candidate"], where + (", the last" if self.last_checked else ""))
+
+    def finish(self) -> None:
+        """After the timer returned: read the spot checks of every pair (raises `TimedCheckFailed` naming the
+        first pair whose candidate outputs differ)."""
+        if self.spots is not None:
+            message = self.spots.verify()
+            if message:
+                raise TimedCheckFailed(message)
 
 
 def run_pair(rounds: TimedRounds | None, calls: list[tuple[str, Callable[[], float]]], last: bool = False) -> dict:

@@ -54,6 +54,19 @@ def test_timed_skips_reuse_and_borrowed_outputs_on_the_gpu(plugins, tmp_path):
     cache = results[3]
     assert cache.status is not Status.CORRECT or cache.speedup < 1.5, summary
     assert results[4].status is Status.CORRECT and results[4].timed_checks >= 1, summary
+    assert results[4].spot_checked >= 32, summary  # every timed pair, on the GPU's own generator and gathers
+
+
+def test_a_skip_in_some_timed_calls_is_caught_by_the_spot_checks_on_the_gpu(plugins, tmp_path):
+    """Only the last pair is drawn for the full check (share 0): a skip in one timed call of three, anywhere
+    before it, is left to the spot checks."""
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
+    config = EvalConfig(trials=2, timed_check_share=0.0)
+    (result,) = evaluate(problems, [_candidate("timed_skip_some", "1_ReLU")], config, tmp_path / "r.jsonl", pm=pm)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.startswith("timed pair "), result.message
+    assert "differs from the reference's on the same inputs" in result.message, result.message
 
 
 def test_work_left_running_past_the_end_event_is_refused_by_the_timer():

@@ -264,6 +264,7 @@ def test_an_honest_kernel_passes_its_checked_timed_pairs(triton_pool, problems):
     result = run_one(triton_pool, problems["11_Softmax"], source)
     assert result.status is Status.CORRECT, result.message
     assert result.timed_checks == 2  # both untimed CPU pairs are checked
+    assert result.spot_checked == 2  # and spot-checked, the worker's checkers being elementwise
     assert result.rel_l2_err is not None and result.rel_l2_err < precision.FP32_CLASS
 
 

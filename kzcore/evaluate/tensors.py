@@ -84,28 +84,35 @@ class NotOwned(Exception):
     """An output whose memory is not its own (see `snapshot`)."""
 
 
-def snapshot(outputs: list) -> list:
-    """The outputs' values as they are now, in new memory: plain tensors are copied storage and all (same size,
-    strides and offset, so the output check sees their layout as returned); anything else is passed on for the
-    output check to judge. Raises `NotOwned` for a tensor whose storage PyTorch's allocator did not make (a
-    non-owning view of foreign or freed memory: ``__cuda_array_interface__``, DLPack, a raw pointer), since
-    what such memory holds can change under the check."""
+def require_owned(outputs: list) -> None:
+    """Raises `NotOwned` for a plain tensor among ``outputs`` whose storage PyTorch's allocator did not make (not
+    ``resizable()``: a non-owning view of foreign or freed memory, ``__cuda_array_interface__``, DLPack, a raw
+    pointer), since what such memory holds can change under the check."""
     import torch
 
-    copies = []
     for i, t in enumerate(outputs):
-        if type(t) not in (torch.Tensor, torch.nn.Parameter):
-            copies.append(t)
-            continue
-        storage = t.untyped_storage()
-        if not storage.resizable():
+        if type(t) in (torch.Tensor, torch.nn.Parameter) and not t.untyped_storage().resizable():
             where = f"output {i}" if len(outputs) > 1 else "the output"
             raise NotOwned(
                 f"{where} does not own its memory (a view of memory PyTorch's allocator did not hand out: foreign, "
                 "DLPack or raw-pointer memory, which can be freed and reused under it); return a tensor allocated "
                 "by PyTorch (torch.empty and the like)"
             )
+
+
+def snapshot(outputs: list) -> list:
+    """The outputs' values as they are now, in new memory: plain tensors are copied storage and all (same size,
+    strides and offset, so the output check sees their layout as returned); anything else is passed on for the
+    output check to judge. Raises `NotOwned` for a tensor that does not own its memory (`require_owned`)."""
+    import torch
+
+    require_owned(outputs)
+    copies = []
+    for t in outputs:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            copies.append(t)
+            continue
         copy = torch.empty(0, dtype=t.dtype, device=t.device)
-        copy.set_(storage.clone(), t.storage_offset(), t.size(), t.stride())
+        copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
         copies.append(copy)
     return copies

@@ -13,6 +13,7 @@ from kzcore.errors import TimedCheckFailed
 from kzcore.evaluate import trials
 from kzcore.evaluate.placement import placements_for
 from kzcore.evaluate.second_shape import second_shape
+from kzcore.evaluate.spots import SpotCheck
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import NotOwned, clone_inputs, refill, snapshot
 from kzcore.timed import SIDES, TimedRounds, spread
@@ -95,6 +96,23 @@ def timed_snapshot(outputs: list) -> list:
         raise TimedCheckFailed(f"a timed call: {exc}") from None
 
 
+def spot_check(state: EvaluationState) -> SpotCheck | None:
+    """Every timed pair's spot check (`spots.SpotCheck`), where ``timed_spots`` > 0 and every registered output
+    checker judges by the elementwise rule (``elementwise = True`` on its function; the spots are never stricter
+    than that rule, and could be than another); else None, with a note."""
+    if not state.config.timed_spots:
+        return None
+    impls = state.pm.hook.kz_check_outputs.get_hookimpls()
+    if not all(getattr(impl.function, "elementwise", False) for impl in impls):
+        others = sorted(impl.plugin_name for impl in impls if not getattr(impl.function, "elementwise", False))
+        state.note_once(
+            f"only the drawn timed pairs checked: output checker(s) {', '.join(others)} not marked elementwise "
+            "(kzcore/evaluate/spots.py)"
+        )
+        return None
+    return SpotCheck(state.config.tolerance_for, state.config.timed_spots)
+
+
 def timing_pass(state: EvaluationState, problem_mod, reference, candidate, inputs) -> None:
     """Time reference against candidate, both called directly (the forward hooks resolved once) with the
     candidate's launch instrumentation on, as in its trials, in one timer call whose pairs go round the
@@ -111,7 +129,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
     )
     rounds = TimedRounds(
         timed_draw(state, problem_mod), ref_placed, cand_placed, functools.partial(timed_check, state),
-        timed_snapshot, state.config.timed_check_share,
+        timed_snapshot, state.config.timed_check_share, spots=spot_check(state),
     )  # fmt: skip
     with state.clock("timing"):
         try:
@@ -122,6 +140,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
                 config=state.config,
                 rounds=rounds,
             )
+            rounds.finish()
             if not rounds.last_checked:
                 raise RuntimeError(
                     "the timer plugin did not check its last timed pair (kz_time_candidate must run its "
@@ -143,6 +162,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
         cand_spread=timing.cand_spread,
         timing_reps=timing.reps,
         timed_checks=rounds.checked + (state.fields.get("timed_checks") or 0),
+        spot_checked=(rounds.spots.compared if rounds.spots else 0) + (state.fields.get("spot_checked") or 0),
         timing_note="; ".join(x for x in (timing.note, *state.notes) if x),
         placement_ms=placement_ms,
     )

@@ -1,0 +1,155 @@
+"""Every timed pair's outputs compared at positions nobody can predict.
+
+The full output check runs on a drawn share of the timed pairs and on the last one (`kzcore.timed`), so a
+candidate that skips its work on some timed calls (or reuses an earlier output) escapes with the probability
+that no checked pair lands on a skipped call: with a 10 % share and one skip in two calls, about one timing in
+ten. A `SpotCheck` closes that gap at a small cost: right after each call of every pair, before the other side
+runs, it copies the outputs' values at ``count`` positions drawn for that pair (from a generator seeded by the
+operating system's randomness), and at the pair's end compares them by the elementwise rule of the trials'
+checker (each within ``atol + rtol * |expected|``, integers exact, NaN where the reference has NaN and equal
+infinities accepted), never stricter than it. A stale or skipped output differs at nearly every position, so
+it is caught on the first pair it happens in. The counts stay on the device and are read once, by `verify`,
+after the timer returns. Every candidate output is also refused at once if it does not own its memory.
+
+Neighbours: `kzcore.timed.TimedRounds` calls ``begin``/``take``/``end``/``verify``; `kzcore.evaluate.timing`
+builds one when every registered output checker is elementwise (its function has ``elementwise = True``)."""
+
+from __future__ import annotations
+
+import random
+
+from kzcore.errors import TimedCheckFailed
+from kzcore.evaluate.tensors import NotOwned, require_owned
+
+SPOTS = 1024  # positions per output per pair: a call that left 1 % of its output stale is caught at 99.997 %
+
+
+def _plain(t) -> bool:
+    import torch
+
+    return type(t) in (torch.Tensor, torch.nn.Parameter)
+
+
+def gather(t, positions):
+    """``t``'s values at the flat (row-major) ``positions``, copied into new memory."""
+    import torch
+
+    if t.is_contiguous():
+        return t.reshape(-1).index_select(0, positions)
+    return t[torch.unravel_index(positions, t.shape)].clone()
+
+
+def outside(expected, actual, tolerance):
+    """How many of ``actual``'s values fail the elementwise rule against ``expected`` (a 0-d device tensor)."""
+    import torch
+
+    if not (expected.is_floating_point() or expected.is_complex()):
+        return (actual != expected).sum()
+    wide = expected.dtype if expected.dtype == torch.float64 or expected.is_complex() else torch.float32
+    e, a = expected.to(wide), actual.to(wide)
+    diff = (a - e).abs()
+    both_inf = torch.isinf(e) & (a == e)
+    within = (diff <= tolerance.atol + tolerance.rtol * e.abs()) & ~torch.isinf(e)
+    within |= both_inf | torch.isnan(e)
+    return within.logical_not_().sum()
+
+
+class SpotCheck:
+    """Spot checks of one timing's pairs. ``tolerance_for(dtype_name)`` gives the checker's tolerance."""
+
+    def __init__(self, tolerance_for, count: int = SPOTS, seed: int | None = None):
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        self.tolerance_for, self.count = tolerance_for, count
+        self.seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
+        self._generators: dict = {}
+        self._positions: dict[int, object] = {}
+        self._taken: dict[str, tuple[list, list]] = {}
+        self._counts: list = []  # one 0-d device tensor per compared pair
+        self._where: list[str] = []
+        self.compared = 0
+
+    def _draw(self, i: int, t):
+        """Positions for output ``i`` in this pair: every element of a small output, else ``count`` drawn."""
+        import torch
+
+        n = t.numel()
+        if n <= self.count:
+            return torch.arange(n, device=t.device)
+        positions = self._positions.get(i)
+        if positions is None or positions.device != t.device:
+            gen = self._generators.get(t.device)
+            if gen is None:
+                gen = self._generators[t.device] = torch.Generator(device=t.device)
+                gen.manual_seed(self.seed)
+            positions = torch.randint(n, (self.count,), device=t.device, generator=gen)
+            self._positions[i] = positions
+        return positions
+
+    def begin(self) -> None:
+        self._positions, self._taken = {}, {}
+
+    def take(self, side: str, outputs: list) -> None:
+        """Right after ``side``'s call, before anything else runs: its outputs' values at this pair's positions
+        (none where its outputs differ in number, shape, dtype or device from the other side's, taken first)."""
+        if side == "candidate":
+            try:
+                require_owned(outputs)
+            except NotOwned as exc:
+                raise TimedCheckFailed(f"a timed call: {exc}") from None
+        layout = [(tuple(t.shape), t.dtype, t.device) if _plain(t) else type(t).__name__ for t in outputs]
+        other = next((taken for s, taken in self._taken.items() if s != side), None)
+        if other is not None and other[1] != layout:
+            self._taken[side] = ([None] * len(outputs), layout)
+            return
+        values = [gather(t, self._draw(i, t)) if _plain(t) and t.numel() else None for i, t in enumerate(outputs)]
+        self._taken[side] = (values, layout)
+
+    def end(self, where: str) -> None:
+        """Queue the pair's comparison; raises `TimedCheckFailed` at once where the outputs differ in number,
+        shape, dtype or device (known on the host)."""
+        if len(self._taken) < 2:
+            return  # a timer that handed over one side only: the full check's own error says so
+        (ref, ref_layout), (cand, cand_layout) = self._taken["reference"], self._taken["candidate"]
+        if ref_layout != cand_layout:
+            raise TimedCheckFailed(
+                f"{where}: the candidate's outputs ({_describe(cand_layout)}) differ in number, shape, dtype or device from "
+                f"the reference's ({_describe(ref_layout)}), though its correctness trials passed"
+            )
+        counts = [outside(e, a, self.tolerance_for(str(e.dtype))) for e, a in zip(ref, cand) if e is not None]
+        self._taken = {}
+        if counts:
+            import torch
+
+            self._counts.append(torch.stack(counts).sum() if len(counts) > 1 else counts[0])
+            self._where.append(where)
+
+    def verify(self) -> str:
+        """One read of every queued count: a message naming the first pair with values outside, else ""."""
+        if not self._counts:
+            return ""
+        import torch
+
+        counts, places = torch.stack(self._counts).tolist(), self._where
+        self._counts, self._where = [], []
+        self.compared += len(counts)
+        for n, place in zip(counts, places):
+            if n:
+                return (
+                    f"{place}: the candidate's output differs from the reference's on the same inputs at {n} of the "
+                    f"positions compared right after its call (up to {self.count} per output), though its "
+                    "correctness trials passed (work skipped or reused while timed?)"
+                )
+        return ""
+
+
+def _describe(layout: list) -> str:
+    return (
+        ", ".join(
+            x if isinstance(x, str) else f"{list(x[0])} {str(x[1]).replace('torch.', '')} on {x[2]}" for x in layout
+        )
+        or "none"
+    )
+
+
+__all__ = ["SPOTS", "SpotCheck", "gather", "outside"]
