@@ -58,8 +58,8 @@ def test_timed_skips_reuse_and_borrowed_outputs_on_the_gpu(plugins, tmp_path):
 
 
 def test_a_skip_in_some_timed_calls_is_caught_by_the_spot_checks_on_the_gpu(plugins, tmp_path):
-    """Only the last pair is drawn for the full check (share 0): a skip in one timed call of three, anywhere
-    before it, is left to the spot checks."""
+    """Only the last pair is drawn for the full check (share 0): skips on three placements of eight, in pairs
+    before the last, are left to the spot checks."""
     pm = plugins("kz_triton")
     problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
     config = EvalConfig(trials=2, timed_check_share=0.0)

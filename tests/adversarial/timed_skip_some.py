@@ -1,8 +1,11 @@
-"""Cheat: ReLU that computes in its correctness trials and in two of every three timed calls, but in every
-third (once a timer is on the call stack) hands back the buffer of its last computed output. With a 10 %
-share of drawn checks a skip in one call of three goes unchecked in about one timing of five, and its speedup
-stays under `implausible_speedup`, so nothing re-verifies it. Caught by the spot checks every timed pair gets
-(kzcore/evaluate/spots.py) in the first pair it skips in."""
+"""Cheat: ReLU that computes in its correctness trials and on most placements of the timed inputs, but on
+three of the eight (told apart by the input's address: each placement is a fixed buffer, refilled in place)
+hands back the buffer of its last computed output once a timer is on the call stack. The timing keeps the
+mean of the placements' medians, so that mean falls by about 3/8 (a speedup near 1.6x, under
+`implausible_speedup`: nothing re-verifies it). With the drawn checks alone (10 % of pairs, and the last) a
+33-pair timing skips in about 12 pairs, none drawn in 0.9^12 = 28 % of timings, and the last pair lands on a
+computed placement 5/8 of the time: about one timing in six accepted. Caught by the spot checks every timed
+pair gets (kzcore/evaluate/spots.py) in the first pair it skips in. Needs several placements: GPU only."""
 
 import traceback
 
@@ -21,6 +24,7 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 
 
 TIMER_FRAMES = {"timing", "kz_time_candidate", "time_cuda", "untimed_pairs", "timed", "pair"}
+SKIPPED = {1, 3, 5}  # placements, in the order the timer first hands them over
 
 
 def _being_timed() -> bool:
@@ -31,12 +35,13 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.last = None
-        self.timed_calls = 0
+        self.placements: list[int] = []
 
     def forward(self, x):
         if self.last is not None and self.last.shape == x.shape and _being_timed():
-            self.timed_calls += 1
-            if self.timed_calls % 3 == 0:
+            if x.data_ptr() not in self.placements:
+                self.placements.append(x.data_ptr())
+            if self.placements.index(x.data_ptr()) in SKIPPED:
                 return self.last
         out = torch.empty_like(x)
         n = x.numel()
