@@ -1,7 +1,8 @@
 """What the evaluator's per-pair work costs at a given output size, piece by piece: the output check a checked
 pair makes (``kz_check_outputs`` elementwise, then the core's relative-error check), the copy of the candidate's
-outputs (`snapshot`), and a timed pair's new input contents (a ``get_inputs``-like draw and its copy into both
-sides' buffers). Each piece is timed on the host with the device synchronized, median of ``--repeats``.
+outputs (`snapshot`), a timed pair's new input contents (a ``get_inputs``-like draw and its copy into both
+sides' buffers), and the spot check every timed pair gets (`kzcore.evaluate.spots`: both sides' gathers, the
+comparison, and the one read of the counts a timing makes, here per pair: an upper bound). Each piece is timed on the host with the device synchronized, median of ``--repeats``.
 
 The plain figures are the core's torch check (no plugin answering). ``--fused`` also times the whole check with
 kz_triton's one-pass kernel answering its fast path (`kz_triton.check`: one read of each output gives the
@@ -95,6 +96,7 @@ def measure(numel: int, device: str, repeats: int, fused: bool = False) -> dict:
 
     from kzcore.evaluate import magnitude
     from kzcore.evaluate.checking import check_outputs
+    from kzcore.evaluate.spots import SpotCheck
     from kzcore.evaluate.tensors import refill_in_place, snapshot
     from kzcore.plugins import new_plugin_manager
     from kzcore.types import EvalConfig
@@ -111,6 +113,15 @@ def measure(numel: int, device: str, repeats: int, fused: bool = False) -> dict:
         refill_in_place(ref_buf, values)
         refill_in_place(cand_buf, values)
 
+    spots = SpotCheck(config.tolerance_for, config.timed_spots)
+
+    def spot_pair() -> None:
+        spots.begin()
+        spots.take("reference", expected)
+        spots.take("candidate", actual)
+        spots.end("timed pair")
+        assert spots.verify() == ""
+
     assert check_outputs(pm, expected, actual, config).ok
     out = {
         "numel": numel,
@@ -122,6 +133,7 @@ def measure(numel: int, device: str, repeats: int, fused: bool = False) -> dict:
         "relative_error_s": seconds(lambda: magnitude.relative_errors(expected, actual), sync, repeats),
         "snapshot_s": seconds(lambda: snapshot(actual), sync, repeats),
         "draw_refill_s": seconds(draw_and_refill, sync, repeats),
+        "spots_s": seconds(spot_pair, sync, repeats),
     }
     if fused:
         one_pass = new_plugin_manager(load_entry_points=False)

@@ -21,7 +21,7 @@ def test_a_cpu_run_times_every_piece_and_the_fused_check_agrees(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
-    for piece in ("check_s", "elementwise_s", "relative_error_s", "snapshot_s", "draw_refill_s", "fused_s"):
+    for piece in ("check_s", "elementwise_s", "relative_error_s", "snapshot_s", "draw_refill_s", "spots_s", "fused_s"):
         assert row[piece] > 0, piece
     agreement = row["fused_agreement"]
     assert agreement["agree"] is True
