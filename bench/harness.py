@@ -54,6 +54,7 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
     from kzcore.types import EvalConfig, EvalJob
 
     config = EvalConfig(device=args.device, size=args.size, workers_per_gpu=args.workers_per_gpu)
+    config = attrs.evolve(config, **getattr(args, "eval_overrides", {}))
     if args.repeat > 1 or args.window:  # each copy compiles its kernels again, as a rollout's new source would
         os.environ["TRITON_ALWAYS_COMPILE"] = "1"
     out = {} if out is None else out

@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--match", default="", help="only the jobs whose file name contains this")
-    parser.add_argument("--callees", default="", help="a regular expression: print the callees of the functions it matches")
+    parser.add_argument(
+        "--callees", default="", help="a regular expression: print the callees of the functions it matches"
+    )
     parser.add_argument("--save", default="", help="write the merged profile to this file")
     args = parser.parse_args(argv)
     files = sorted(p for p in Path(args.directory).glob("*.pstats") if args.match in p.name)

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.settings import eval_overrides  # noqa: E402
 
 # short kernels (well under 1 ms at full size on an H200): elementwise, reductions, normalisations
 PROBLEMS = (
@@ -60,8 +61,9 @@ def measure(workers: int, problems, candidates, args, pm) -> dict:
 
     by_key = {(p.level, p.name): p for p in problems}
     options = argparse.Namespace(
-        device=args.device, size=args.size, workers_per_gpu=workers, repeat=args.samples, window=None
-    )
+        device=args.device, size=args.size, workers_per_gpu=workers, repeat=args.samples, window=None,
+        eval_overrides=args.eval_overrides,
+    )  # fmt: skip
     (level,) = {p.level for p in problems}
     figures = throughput_pass(problems, candidates, by_key, options, pm)[f"level{level}"]
     print(f"{workers} worker(s) per GPU: {figures['wall_s']} s, {figures['correct']} correct", file=sys.stderr)
@@ -90,6 +92,7 @@ def report(state: dict, args, partial: bool) -> dict:
         "problems": list(args.problems),
         "samples": args.samples,
         "size": args.size,
+        "eval_overrides": getattr(args, "eval_overrides", {}),
         "order": state["order"],
         "runs": runs,
         "mean_wall_s": {str(w): round(m, 3) for w, m in mean.items()},
@@ -107,9 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="passes over the counts, every other one mirrored")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--size", default="auto")
+    parser.add_argument("--eval", default="", help="EvalConfig settings instead of their defaults: KEY=VALUE,...")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     args.problems = [p for p in args.problems.split(",") if p]
+    try:
+        args.eval_overrides = eval_overrides(args.eval)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         args.counts = [int(w) for w in args.workers.split(",")]
     except ValueError:

@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # workers import this module's CPU timer as "bench.timing"
 
 from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.settings import eval_overrides  # noqa: E402
 from bench.timing_truth import cv  # noqa: E402
 from kzcore import hookimpl  # noqa: E402
 from kzcore.types import Timing  # noqa: E402
@@ -128,6 +129,7 @@ class Bench:
         placing = {k: getattr(args, k, None) for k in ("timing_placements", "placement_shift_mib", "settle_ms")}
         # the evaluator's and the ground truth's placements alike (settle_ms: the evaluator's timer only)
         self.config = attrs.evolve(self.config, **{k: v for k, v in placing.items() if v is not None})
+        self.config = attrs.evolve(self.config, **getattr(args, "eval_overrides", {}))
         self.pool = None
 
     def start(self) -> float:
@@ -330,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--placement-shift-mib", type=float, default=None, help="EvalConfig.placement_shift_mib (default: its default)"
     )
+    parser.add_argument("--eval", default="", help="EvalConfig settings instead of their defaults: KEY=VALUE,...")
     parser.add_argument(
         "--ground-truth",
         action="store_true",
@@ -364,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         help="judge a recorded --ground-truth report again by this version's rules (nothing is measured)",
     )
     args = parser.parse_args(argv)
+    try:
+        args.eval_overrides = eval_overrides(args.eval)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.rederive:
         return rederive_main(args.rederive, args.out)
     if args.device == "auto":
@@ -399,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": info.get("device_name") or args.device,
         "smoke": smoke,
         "packages": package_versions(),
+        "eval_overrides": args.eval_overrides,
         "pool_startup_s": round(startup_s, 3),
         "summary": {
             "max_speedup_cv": repeat["max_speedup_cv"],
@@ -457,7 +465,10 @@ class TruthReport:
         from kzcore.results import package_versions
 
         self.out, self.t0 = args.out, t0
-        self.head = {"device": _device_name(args.device), "smoke": smoke, "packages": package_versions()}
+        self.head = {
+            "device": _device_name(args.device), "smoke": smoke, "packages": package_versions(),
+            "eval_overrides": getattr(args, "eval_overrides", {}),
+        }  # fmt: skip
         self.measured = Measured(on_phase=self.checkpoint)
         self.self_ref: dict | None = None
 

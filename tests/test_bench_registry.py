@@ -89,7 +89,7 @@ def test_run_forwards_the_arguments_unchanged_and_returns_the_bench_exit_status(
     (an empty folder and a --match: its own message, exit 1)."""
     done = _python_m_bench("run", "profile_report", "--help")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: profile_report.py [-h] [--top TOP] [--match MATCH] directory")
+    assert done.stdout.startswith("usage: profile_report.py [-h] [--top TOP] [--match MATCH] [--callees CALLEES]")
 
     done = _python_m_bench("run", "profile_report", str(tmp_path), "--match", "Softmax", "--top", "3")
     assert done.returncode == 1
