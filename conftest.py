@@ -49,6 +49,7 @@ SLOW_FIXTURES = (
     "training",
     "native_build",
     "real_model",
+    "whole_catalog",
     "rank_processes",  # tests/conftest.py
 )
 
@@ -140,3 +141,8 @@ def native_build():
 @pytest.fixture(scope="session")
 def real_model():
     """The test converts and runs the embedded SmolLM2-135M, not a tiny model: hundreds of MB of weights."""
+
+
+@pytest.fixture(scope="session")
+def whole_catalog():
+    """The test composes modules over the whole torch API catalog and runs each through the gates: ~10 s."""

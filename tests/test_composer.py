@@ -22,7 +22,7 @@ SAMPLE += ["KLDivLoss", "HingeEmbeddingLoss", "ScaledDotProductAttention", "Tran
 
 
 @pytest.fixture(scope="module")
-def full():
+def full(whole_catalog):
     """The whole catalog, 3 modules per API (about 10 s on one CPU core)."""
     return compose(CATALOG)
 
