@@ -8,8 +8,8 @@ runs, it copies the outputs' values at ``count`` positions drawn for that pair (
 operating system's randomness), and at the pair's end compares them by the elementwise rule of the trials'
 checker (each within ``atol + rtol * |expected|``, integers exact, NaN where the reference has NaN and equal
 infinities accepted), never stricter than it. A stale or skipped output differs at nearly every position, so
-it is caught on the first pair it happens in. The counts stay on the device and are read once, by `verify`,
-after the timer returns. Every candidate output is also refused at once if it does not own its memory.
+it is caught on the first pair it happens in. The values are kept on the device and compared together, all
+pairs of an output at once, by `verify` after the timer returns (a few kernels and one read per timing). Every candidate output is also refused at once if it does not own its memory.
 
 Neighbours: `kzcore.timed.TimedRounds` calls ``begin``/``take``/``end``/``verify``; `kzcore.evaluate.timing`
 builds one when every registered output checker is elementwise (its function has ``elementwise = True``)."""
@@ -40,18 +40,19 @@ def gather(t, positions):
 
 
 def outside(expected, actual, tolerance):
-    """How many of ``actual``'s values fail the elementwise rule against ``expected`` (a 0-d device tensor)."""
+    """How many of ``actual``'s values fail the elementwise rule against ``expected``, per row of the last
+    dimension (a 0-d tensor for 1-d values)."""
     import torch
 
     if not (expected.is_floating_point() or expected.is_complex()):
-        return (actual != expected).sum()
+        return (actual != expected).sum(-1)
     wide = expected.dtype if expected.dtype == torch.float64 or expected.is_complex() else torch.float32
     e, a = expected.to(wide), actual.to(wide)
     diff = (a - e).abs()
     both_inf = torch.isinf(e) & (a == e)
     within = (diff <= tolerance.atol + tolerance.rtol * e.abs()) & ~torch.isinf(e)
     within |= both_inf | torch.isnan(e)
-    return within.logical_not_().sum()
+    return within.logical_not_().sum(-1)
 
 
 class SpotCheck:
@@ -65,8 +66,8 @@ class SpotCheck:
         self._generators: dict = {}
         self._positions: dict[int, object] = {}
         self._taken: dict[str, tuple[list, list]] = {}
-        self._counts: list = []  # one 0-d device tensor per compared pair
-        self._where: list[str] = []
+        self._where: list[str] = []  # each kept pair's place, in order
+        self._kept: dict[tuple, list] = {}  # per output (index, dtype, values, device): (pair, expected, actual)
         self.compared = 0
 
     def _draw(self, i: int, t):
@@ -106,34 +107,37 @@ class SpotCheck:
         self._taken[side] = (values, layout)
 
     def end(self, where: str) -> None:
-        """Queue the pair's comparison; raises `TimedCheckFailed` at once where the outputs differ in number,
-        shape, dtype or device (known on the host)."""
+        """Keep the pair's values for `verify`; raises `TimedCheckFailed` at once where the outputs differ in
+        number, shape, dtype or device (known on the host)."""
         if len(self._taken) < 2:
             return  # a timer that handed over one side only: the full check's own error says so
         (ref, ref_layout), (cand, cand_layout) = self._taken["reference"], self._taken["candidate"]
+        self._taken = {}
         if ref_layout != cand_layout:
             raise TimedCheckFailed(
-                f"{where}: the candidate's outputs ({_describe(cand_layout)}) differ in number, shape, dtype or device from "
-                f"the reference's ({_describe(ref_layout)}), though its correctness trials passed"
+                f"{where}: the candidate's outputs ({_describe(cand_layout)}) differ in number, shape, dtype or device "
+                f"from the reference's ({_describe(ref_layout)}), though its correctness trials passed"
             )
-        counts = [outside(e, a, self.tolerance_for(str(e.dtype))) for e, a in zip(ref, cand) if e is not None]
-        self._taken = {}
-        if counts:
-            import torch
-
-            self._counts.append(torch.stack(counts).sum() if len(counts) > 1 else counts[0])
-            self._where.append(where)
+        pair = len(self._where)
+        self._where.append(where)
+        for i, (e, a) in enumerate(zip(ref, cand)):
+            if e is not None:
+                self._kept.setdefault((i, e.dtype, e.numel(), e.device), []).append((pair, e, a))
 
     def verify(self) -> str:
-        """One read of every queued count: a message naming the first pair with values outside, else ""."""
-        if not self._counts:
-            return ""
+        """Compare every kept pair, each output's values of all pairs at once (one read per output): a message
+        naming the first pair with values outside, else ""."""
         import torch
 
-        counts, places = torch.stack(self._counts).tolist(), self._where
-        self._counts, self._where = [], []
-        self.compared += len(counts)
-        for n, place in zip(counts, places):
+        places, kept = self._where, self._kept
+        self._where, self._kept = [], {}
+        self.compared += len(places)
+        totals = [0] * len(places)
+        for (_i, dtype, _n, _device), rows in kept.items():
+            expected, actual = torch.stack([e for _, e, _ in rows]), torch.stack([a for _, _, a in rows])
+            for (pair, _, _), n in zip(rows, outside(expected, actual, self.tolerance_for(str(dtype))).tolist()):
+                totals[pair] += n
+        for n, place in zip(totals, places):
             if n:
                 return (
                     f"{place}: the candidate's output differs from the reference's on the same inputs at {n} of the "
