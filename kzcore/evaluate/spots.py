@@ -2,14 +2,15 @@
 
 The full output check runs on a drawn share of the timed pairs and on the last one (`kzcore.timed`), so a
 candidate that skips its work on some timed calls (or reuses an earlier output) escapes with the probability
-that no checked pair lands on a skipped call: with a 10 % share and one skip in two calls, about one timing in
-ten. A `SpotCheck` closes that gap at a small cost: right after each call of every pair, before the other side
-runs, it copies the outputs' values at ``count`` positions drawn for that pair (from a generator seeded by the
-operating system's randomness), and at the pair's end compares them by the elementwise rule of the trials'
-checker (each within ``atol + rtol * |expected|``, integers exact, NaN where the reference has NaN and equal
-infinities accepted), never stricter than it. A stale or skipped output differs at nearly every position, so
-it is caught on the first pair it happens in. The values are kept on the device and compared together, all
-pairs of an output at once, by `verify` after the timer returns (a few kernels and one read per timing). Every candidate output is also refused at once if it does not own its memory.
+that no checked pair lands on a skipped call: skipping every pair on 3 of the 8 placements, about one timing in
+six (tests/adversarial/timed_skip_some.py). A `SpotCheck` closes that gap at a small cost: right after each
+call of every pair, before the other side runs, it copies the outputs' values at ``count`` positions drawn for
+that pair (from a generator seeded by the operating system's randomness), and compares them by the elementwise
+rule of the trials' checker (each within ``atol + rtol * |expected|``, integers exact, NaN where the reference
+has NaN and equal infinities accepted), never stricter than it. A stale or skipped output differs at nearly
+every position, so the pair it happens in is named. The values are kept on the device and compared together,
+all pairs of an output at once, by `verify` after the timer returns (a few kernels and one read per timing).
+Every candidate output is also refused at once if it does not own its memory.
 
 Neighbours: `kzcore.timed.TimedRounds` calls ``begin``/``take``/``end``/``verify``; `kzcore.evaluate.timing`
 builds one when every registered output checker is elementwise (its function has ``elementwise = True``)."""
@@ -36,7 +37,7 @@ def gather(t, positions):
 
     if t.is_contiguous():
         return t.reshape(-1).index_select(0, positions)
-    return t[torch.unravel_index(positions, t.shape)].clone()
+    return t[torch.unravel_index(positions, t.shape)]  # advanced indexing copies
 
 
 def outside(expected, actual, tolerance):
