@@ -311,7 +311,8 @@ def kz_time_candidate(
         so the events hold the kernels' GPU time and none of the host's; a candidate whose calls leave work
         running past their end event (on a stream the calling one does not wait for) raises
         ``TimedCheckFailed``. On CPU it runs two checked pairs untimed and returns a Timing with no figures
-        and a note saying why.
+        and a note saying why. ``Timing.phases`` (seconds by name, optional) lands in the result's stages as
+        ``timing.NAME``: where the timing's time went.
 
     Stops at first non-None result.
     """

@@ -230,6 +230,9 @@ class Timing:
     cand_spread: float | None = None
     reps: int = 0
     note: str = ""
+    # seconds the timer spent in each of its phases (the built-in one: settle, warmup, pairs, and within the
+    # pairs rounds and wait); the result's stages carry them as "timing.NAME", parts of the "timing" stage
+    phases: dict[str, float] = attrs.field(factory=dict)
 
     @property
     def speedup(self) -> float | None:

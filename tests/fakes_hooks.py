@@ -283,8 +283,9 @@ class FixedTimer:
         rounds.took("candidate", candidate())
         rounds.end()
         return Timing(
-            ref_ms=2.0, cand_ms=0.5, ref_spread=0.01, cand_spread=0.02, reps=7, note=f"fixed timer on {device}"
-        )
+            ref_ms=2.0, cand_ms=0.5, ref_spread=0.01, cand_spread=0.02, reps=7, note=f"fixed timer on {device}",
+            phases={"pairs": 0.25, "wait": 0.125},
+        )  # fmt: skip
 
 
 FIXED_TIMER = FixedTimer()

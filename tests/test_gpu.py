@@ -118,6 +118,11 @@ def test_full_size_reference_solutions_are_correct_and_timed(plugins, tmp_path):
         assert r.status is Status.CORRECT, r.message
         assert r.size == "full" and r.device == "cuda"
         assert r.speedup and r.ref_ms and r.cand_ms and r.timing_reps >= EvalConfig().min_reps
+        # the timer's phases are parts of its stage: the pairs hold the GPU waits and the rounds' work
+        parts = {name: r.stages[f"timing.{name}"] for name in ("settle", "warmup", "pairs", "rounds", "wait")}
+        assert parts["wait"] + parts["rounds"] <= parts["pairs"] + 1e-5 <= r.stages["timing"] + 2e-5, (r.problem, parts)
+        assert parts["settle"] + parts["warmup"] + parts["pairs"] <= r.stages["timing"] + 1e-5, (r.problem, parts)
+        assert r.spot_checked == r.timing_reps + 1, r  # every pair, the probe pair included
 
 
 def test_partial_write_reads_poison_not_stale_reference(plugins, tmp_path):

@@ -296,6 +296,8 @@ def test_kz_time_candidate(plugins, relu, tmp_path, own_workers):
     assert (r.ref_ms, r.cand_ms, r.speedup, r.timing_reps) == (2.0, 0.5, 4.0, 7)
     assert (r.ref_spread, r.cand_spread, r.timing_note) == (0.01, 0.02, "fixed timer on cpu")
     assert r.timed_checks == 1
+    # its phases are booked as parts of the timing stage
+    assert (r.stages["timing.pairs"], r.stages["timing.wait"]) == (0.25, 0.125) and r.stages["timing"] > 0
     # A timer that leaves the rounds alone checks no timed output: its figures are refused, with a message
     pm = plugins("kz_pylang", f"{FAKES}:UNCHECKED_TIMER")
     (tmp_path / "unchecked").mkdir()

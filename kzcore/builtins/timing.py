@@ -212,6 +212,9 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
     rate = spin_cycles_per_us() if config.launch_cover_us > 0 else 0.0
     covers: dict = {}
     spills: dict[str, list[float]] = {"reference": [], "candidate": []}
+    # seconds per phase: where a timing's wall time goes (wait: blocked on the GPU for a timed call; rounds:
+    # the rounds' input draws, output copies and checks)
+    phases = dict.fromkeys(("settle", "warmup", "pairs", "rounds", "wait"), 0.0)
 
     def flush_l2() -> None:  # between the lead and flushed events: their gap is the flush's GPU time
         lead.record()
@@ -229,11 +232,14 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
             start.record()
             out = fn()
             end.record()  # queued late, it would stretch the sample by the delay: so it counts as the host's too
-            host_us = (time.perf_counter() - t0) * 1e6
+            queued = time.perf_counter()
+            host_us = (queued - t0) * 1e6
             end.synchronize()
             t1 = time.perf_counter()
             torch.cuda.synchronize()  # every stream: nothing of this call runs into the next one
-            spill_us = (time.perf_counter() - t1) * 1e6
+            t2 = time.perf_counter()
+            spill_us = (t2 - t1) * 1e6
+            phases["wait"] += t2 - queued
             flush_us, wait_us = lead.elapsed_time(flushed) * 1000, flushed.elapsed_time(start) * 1000
             if cover.covered(host_us, flush_us + wait_us):
                 break
@@ -246,12 +252,16 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
         spills[side].append(spill_us)
         ms = start.elapsed_time(end)
         if rounds is not None:
+            t3 = time.perf_counter()
             rounds.took(side, out, ms)
+            phases["rounds"] += time.perf_counter() - t3
         return ms
 
     def pair(reference_first: bool, last: bool) -> tuple[float, float]:
+        t = time.perf_counter()
         if rounds is not None:
             rounds.begin(last=last)
+            phases["rounds"] += time.perf_counter() - t
         if reference_first:
             r = timed(reference, "reference")
             c = timed(candidate, "candidate")
@@ -259,13 +269,18 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
             c = timed(candidate, "candidate")
             r = timed(reference, "reference")
         if rounds is not None:
+            t3 = time.perf_counter()
             rounds.end()
+            phases["rounds"] += time.perf_counter() - t3
+        phases["pairs"] += time.perf_counter() - t
         return r, c
 
+    t = time.perf_counter()
     for _ in range(config.warmup):
         reference()
         candidate()
     torch.cuda.synchronize()
+    phases["warmup"] = time.perf_counter() - t
     quiet_note = ""
     if flush is not None and config.settle_ms > 0:
 
@@ -275,6 +290,7 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
             return lead.elapsed_time(flushed) * 1000
 
         waited = settle(flush_us, config.settle_ms, torch.cuda.current_device())
+        phases["settle"] = waited[0] / 1000
         quiet_note = settle_note(*waited, config.settle_ms)
     t0 = time.perf_counter()
     probe = max(sum(pair(True, False)), (time.perf_counter() - t0) * 1000)  # new inputs and checks included
@@ -299,6 +315,7 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
         cand_spread=spread(cand_ms),
         reps=len(ref_ms),
         note=note,
+        phases={name: round(seconds, 6) for name, seconds in phases.items()},
     )
 
 

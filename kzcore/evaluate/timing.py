@@ -113,6 +113,15 @@ def spot_check(state: EvaluationState) -> SpotCheck | None:
     return SpotCheck(state.config.tolerance_for, state.config.timed_spots)
 
 
+def book_phases(state: EvaluationState, timing: TimingResult) -> None:
+    """The timer's phases into the result's stages as ``timing.NAME`` (parts of the ``timing`` stage, so not
+    added to it again); inside a re-verification, whose stages are booked to ``reverify``, as ``reverify.NAME``."""
+    seconds = state.clock.seconds
+    for name, value in (timing.phases or {}).items():
+        key = f"{state.clock.target or 'timing'}.{name}"
+        seconds[key] = round(seconds.get(key, 0.0) + float(value), 6)
+
+
 def timing_pass(state: EvaluationState, problem_mod, reference, candidate, inputs) -> None:
     """Time reference against candidate, both called directly (the forward hooks resolved once) with the
     candidate's launch instrumentation on, as in its trials, in one timer call whose pairs go round the
@@ -153,6 +162,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
             raise Verdict(
                 Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, state.candidate_file)
             ) from None
+    book_phases(state, timing)
     timing, placement_ms = per_placement(timing, rounds)
     state.fields.update(
         ref_ms=timing.ref_ms,
