@@ -120,7 +120,7 @@ class TimedRounds:
         if self.placements > 1:
             where += f" (placement {self.index + 1} of {self.placements})"
         if self.spots is not None:
-            self.spots.end(where)
+            self.spots.end(where, group=self.index)
         if not self._checking:
             return
         missing = [side for side in SIDES if side not in outputs]

@@ -302,6 +302,68 @@ def test_reduced_precision_on_an_fp32_problem_is_incorrect_unless_the_policy_is_
     assert off.status is Status.CORRECT, off.message
 
 
+LINEAR_BF16_WHILE_TIMED = """
+import traceback
+
+import torch
+from torch import nn
+
+TIMER_FRAMES = {"untimed_pairs", "time_cuda", "timing_pass"}
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        w, b = self.linear.weight, self.linear.bias
+        if any(frame.name in TIMER_FRAMES for frame in traceback.extract_stack()):
+            return nn.functional.linear(x.bfloat16(), w.bfloat16(), b.bfloat16()).float()
+        return nn.functional.linear(x, w, b)
+"""
+
+
+LINEAR_TF32 = """
+import torch
+from torch import nn
+
+
+def tf32(x):
+    bits = (x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF
+    return bits.view(torch.float32)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return nn.functional.linear(tf32(x), tf32(self.linear.weight), self.linear.bias)
+"""
+
+
+def test_reduced_precision_only_while_timed_is_hack_suspected(problems, own_workers):
+    """fp32 in its trials, bf16 operands in its timed calls: every timed value within the elementwise tolerance,
+    so only the precision policy on the timed pairs' spot values tells (`timing.precision_while_timed`)."""
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_pylang"]) as pool:
+        result = run_one(pool, problems["23_Linear"], LINEAR_BF16_WHILE_TIMED, language="python")
+        off = run_one(
+            pool, problems["23_Linear"], LINEAR_BF16_WHILE_TIMED, "python",
+            EvalConfig(**{**_fields(CONFIG), "timed_spots": 0}),
+        )  # fmt: skip
+        honest = run_one(pool, problems["23_Linear"], LINEAR_TF32, language="python")
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.startswith("timed pairs: relative L2 error "), result.message
+    assert "computes below the problem's precision while timed" in result.message
+    assert result.rel_l2_err is not None and result.rel_l2_err <= precision.FP32_CLASS  # its trials were fp32
+    assert off.status is Status.CORRECT, off.message  # what the spots' precision check takes away
+    # TF32-class operands in trials and timing alike (error above fp32 class, within the bar): no false alarm
+    assert honest.status is Status.CORRECT, honest.message
+    assert honest.rel_l2_err > precision.FP32_CLASS and honest.tf32_l2_err is not None and honest.spot_checked == 2
+
+
 def _fields(config: EvalConfig) -> dict:
     import attrs
 

@@ -220,3 +220,20 @@ def test_the_gpu_case_of_a_partial_timed_skip_gets_past_the_static_check():
 
     source = (Path(__file__).parent / "adversarial" / "timed_skip_some.py").read_text()
     assert check_source(source) == []
+
+
+def test_errors_per_placement_estimate_the_relative_l2_error():
+    """What the precision policy reads while timed: per placement, the candidate's relative L2 error over the
+    values compared (here about 1e-3 on placement 0, exact on placement 1), and how many values it rests on."""
+    spots = SpotCheck(CONFIG.tolerance_for, count=512, seed=0)
+    g = torch.Generator().manual_seed(0)
+    for pair in range(6):
+        e = torch.randn(100_000, generator=g)
+        a = e * (1 + 1e-3 * torch.randn(100_000, generator=g)) if pair % 2 == 0 else e.clone()
+        spots.begin()
+        spots.take("reference", [e])
+        spots.take("candidate", [a])
+        spots.end(f"timed pair {pair + 1}", group=pair % 2)
+    assert spots.verify() == ""
+    (err0, n0), (err1, n1) = spots.errors[0], spots.errors[1]
+    assert 0.8e-3 < err0 < 1.25e-3 and err1 == 0.0 and n0 == n1 == 3 * 512

@@ -87,15 +87,21 @@ def bars(run_reference, model, inputs: list, expected: list) -> tuple[float, flo
     return errors[0], errors[1]
 
 
+def bar(tf32: float, bf16: float) -> float:
+    """The error an fp32 problem accepts: the geometric mean of its TF32 and bf16 errors (the TF32 one at least
+    1/64 of bf16's, so a problem TF32 rounding leaves exact still has a bar below bf16's)."""
+    return math.sqrt(max(tf32, bf16 / 64) * bf16)
+
+
 def verdict(error: float, tf32: float, bf16: float) -> str:
     """A message when ``error`` is beyond TF32 class on this problem ("" when it passes)."""
     if error <= FP32_CLASS or bf16 <= 0:
         return ""
-    bar = math.sqrt(max(tf32, bf16 / 64) * bf16)
-    if error <= bar:
+    limit = bar(tf32, bf16)
+    if error <= limit:
         return ""
     return (
         f"computes below the problem's precision: relative L2 error {error:.2e}, where operands rounded to TF32 "
-        f"give {tf32:.2e} and to bf16 {bf16:.2e}; an fp32 problem accepts TF32-class error (up to {bar:.2e}), "
+        f"give {tf32:.2e} and to bf16 {bf16:.2e}; an fp32 problem accepts TF32-class error (up to {limit:.2e}), "
         "so keep fp32 (or TF32) operands"
     )

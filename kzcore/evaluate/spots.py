@@ -68,6 +68,10 @@ class SpotCheck:
         self._positions: dict[int, object] = {}
         self._taken: dict[str, tuple[list, list]] = {}
         self._where: list[str] = []  # each kept pair's place, in order
+        self._groups: list[int] = []  # each kept pair's placement
+        # per placement, after `verify`: (relative L2 error of the candidate's floating values against the
+        # reference's where those are finite, how many values): what the precision policy reads while timed
+        self.errors: dict[int, tuple[float, int]] = {}
         self._kept: dict[tuple, list] = {}  # per output (index, dtype, values, device): (pair, expected, actual)
         self.compared = 0
 
@@ -107,9 +111,9 @@ class SpotCheck:
         values = [gather(t, self._draw(i, t)) if _plain(t) and t.numel() else None for i, t in enumerate(outputs)]
         self._taken[side] = (values, layout)
 
-    def end(self, where: str) -> None:
+    def end(self, where: str, group: int = 0) -> None:
         """Keep the pair's values for `verify`; raises `TimedCheckFailed` at once where the outputs differ in
-        number, shape, dtype or device (known on the host)."""
+        number, shape, dtype or device (known on the host). ``group``: the pair's placement, for `errors`."""
         if len(self._taken) < 2:
             return  # a timer that handed over one side only: the full check's own error says so
         (ref, ref_layout), (cand, cand_layout) = self._taken["reference"], self._taken["candidate"]
@@ -121,23 +125,33 @@ class SpotCheck:
             )
         pair = len(self._where)
         self._where.append(where)
+        self._groups.append(group)
         for i, (e, a) in enumerate(zip(ref, cand)):
             if e is not None:
                 self._kept.setdefault((i, e.dtype, e.numel(), e.device), []).append((pair, e, a))
 
     def verify(self) -> str:
         """Compare every kept pair, each output's values of all pairs at once (one read per output): a message
-        naming the first pair with values outside, else ""."""
+        naming the first pair with values outside, else "". Fills `errors`."""
         import torch
 
-        places, kept = self._where, self._kept
-        self._where, self._kept = [], {}
+        places, groups, kept = self._where, self._groups, self._kept
+        self._where, self._groups, self._kept = [], [], {}
         self.compared += len(places)
         totals = [0] * len(places)
+        sums: dict[int, list[float]] = {}
         for (_i, dtype, _n, _device), rows in kept.items():
             expected, actual = torch.stack([e for _, e, _ in rows]), torch.stack([a for _, _, a in rows])
-            for (pair, _, _), n in zip(rows, outside(expected, actual, self.tolerance_for(str(dtype))).tolist()):
-                totals[pair] += n
+            columns = [outside(expected, actual, self.tolerance_for(str(dtype))).double()]
+            if expected.is_floating_point():
+                columns += _error_sums(expected, actual)
+            for (pair, _, _), row in zip(rows, torch.stack(columns, dim=1).tolist()):
+                totals[pair] += int(row[0])
+                if len(row) > 1:
+                    acc = sums.setdefault(groups[pair], [0.0, 0.0, 0.0])
+                    for k in range(3):
+                        acc[k] += row[k + 1]
+        self.errors = {g: ((err / norm) ** 0.5 if norm > 0 else 0.0, int(n)) for g, (err, norm, n) in sums.items()}
         for n, place in zip(totals, places):
             if n:
                 return (
@@ -146,6 +160,17 @@ class SpotCheck:
                     "correctness trials passed (work skipped or reused while timed?)"
                 )
         return ""
+
+
+def _error_sums(expected, actual) -> list:
+    """Per row: the sum of squared errors and of squared reference values where the reference is finite (and
+    how many such values), in float64."""
+    import torch
+
+    e, a = expected.double(), actual.double()
+    finite = torch.isfinite(e)
+    err = torch.where(finite, (a - e) ** 2, 0.0).sum(-1)
+    return [err, torch.where(finite, e * e, 0.0).sum(-1), finite.sum(-1).double()]
 
 
 def _describe(layout: list) -> str:

@@ -96,6 +96,7 @@ class EvaluationState:
         self.candidate_file: Path | None = None  # `loading.load_candidate`; error messages point into it
         self.size: str | None = None  # the size profile evaluated (`loading.load_problem`); `second_shape` differs
         self.base_sizes: list[float] = []  # trial 0's output magnitudes (`trials.trial`), for the varied trials
+        self.precision_bars: tuple[float, float] | None = None  # (TF32, bf16) errors, where trial 0 measured them
         self.notes: list[str] = []  # harness notes (`second_shape`, `workcheck`) joined into timing_note (`timing`)
         # the result's fields: ``size`` (`loading`), errors (`trials`), the timing fields (`timing`, whose
         # ``speedup`` `timing.reverify` reads), ``second_shape``, ``reverified``

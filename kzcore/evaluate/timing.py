@@ -10,17 +10,22 @@ import statistics
 import attrs
 
 from kzcore.errors import TimedCheckFailed
-from kzcore.evaluate import trials
+from kzcore.evaluate import precision, trials
 from kzcore.evaluate.placement import placements_for
 from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.spots import SpotCheck
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
-from kzcore.evaluate.tensors import NotOwned, clone_inputs, refill, snapshot
+from kzcore.evaluate.tensors import NotOwned, as_list, clone_inputs, refill, snapshot
 from kzcore.timed import SIDES, TimedRounds, spread
 from kzcore.types import Status
 from kzcore.types import Timing as TimingResult
 
 REVERIFY_TRIALS = 3  # extra trials on new seeds when a speedup is implausible
+# The precision policy on the timed pairs' spot values (`precision_while_timed`): a placement's sampled error may
+# reach this many times the problem's bar before it counts (sampling noise; a bf16-class error is ~2.8x the bar),
+# and is judged only from this many values
+TIMED_PRECISION_MARGIN = 2.0
+TIMED_PRECISION_SAMPLES = 256
 PLACEMENT_NOTE_SPREAD = 0.02  # per-placement medians further apart than this are named in the timing note
 TIMING_FIELDS = (
     "ref_ms", "cand_ms", "speedup", "ref_spread", "cand_spread", "timing_reps", "timing_note", "placement_ms",
@@ -113,6 +118,42 @@ def spot_check(state: EvaluationState) -> SpotCheck | None:
     return SpotCheck(state.config.tolerance_for, state.config.timed_spots)
 
 
+def precision_while_timed(state: EvaluationState, rounds: TimedRounds, reference) -> None:
+    """The precision policy on what was timed: on an fp32 problem (its trial 0 measured ``rel_l2_err``) under
+    ``precision = "tf32"``, the candidate's relative L2 error over a placement's spot values must stay within
+    ``TIMED_PRECISION_MARGIN`` times the problem's TF32-class bar, else it computed at a lower precision only
+    while timed: ``hack_suspected``. The bar is trial 0's where it measured one, else measured now on the timed
+    inputs (only when a sampled error is above fp32 class)."""
+    trial_error, spots = state.fields.get("rel_l2_err"), rounds.spots
+    if spots is None or trial_error is None or state.config.precision != "tf32":
+        return
+    judged = {g: err for g, (err, n) in spots.errors.items() if n >= TIMED_PRECISION_SAMPLES}
+    if not judged:
+        return
+    group, error = max(judged.items(), key=lambda kv: kv[1])
+    if error <= precision.FP32_CLASS:
+        return
+    if state.precision_bars is None:
+        inputs = rounds.ref_inputs
+        with state.clock("check"):
+            run = state.direct_forward("reference", reference)
+            expected = as_list(run(*inputs))
+            state.precision_bars = precision.bars(
+                lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
+            )
+    tf32, bf16 = state.precision_bars
+    limit = precision.bar(tf32, bf16)
+    if bf16 <= 0 or error <= TIMED_PRECISION_MARGIN * limit:
+        return
+    where = f" (placement {group + 1} of {rounds.placements})" if rounds.placements > 1 else ""
+    raise Verdict(
+        Status.HACK_SUSPECTED,
+        f"timed pairs{where}: relative L2 error {error:.2e} at the positions compared, where its trials gave "
+        f"{trial_error:.2e} and operands rounded to TF32 give {tf32:.2e} (bf16 {bf16:.2e}): it computes below "
+        "the problem's precision while timed",
+    )
+
+
 def book_phases(state: EvaluationState, timing: TimingResult) -> None:
     """The timer's phases into the result's stages as ``timing.NAME`` (parts of the ``timing`` stage, so not
     added to it again); inside a re-verification, whose stages are booked to ``reverify``, as ``reverify.NAME``."""
@@ -162,6 +203,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
             raise Verdict(
                 Status.RUNTIME_ERROR, "during timing: " + candidate_error(exc, state.candidate_file)
             ) from None
+    precision_while_timed(state, rounds, reference)
     book_phases(state, timing)
     timing, placement_ms = per_placement(timing, rounds)
     state.fields.update(

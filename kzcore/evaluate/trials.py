@@ -101,6 +101,7 @@ def precision_check(state: EvaluationState, reference, inputs: list, expected: l
         lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
     )
     state.fields["tf32_l2_err"] = tf32
+    state.precision_bars = (tf32, bf16)
     message = precision.verdict(error, tf32, bf16)
     if message:
         raise Verdict(Status.INCORRECT, f"{label}: {message}")
