@@ -100,3 +100,15 @@ def test_work_left_running_past_the_end_event_is_refused_by_the_timer():
     with pytest.raises(TimedCheckFailed, match="left GPU work running after their end event"):
         time_cuda(joined, unjoined, config)
     assert time_cuda(joined, joined, config).ref_ms > 0  # honest work on a joined stream is timed, not refused
+
+
+def test_bf16_operands_only_while_timed_are_caught_by_the_precision_policy_on_the_spots(plugins, tmp_path):
+    """IEEE fp32 tile products in the trials, bf16 ones in the timed calls: inside the elementwise tolerance, so
+    only the precision policy on the timed pairs' spot values tells."""
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "23_Linear"]
+    (result,) = evaluate(
+        problems, [_candidate("bf16_while_timed", "23_Linear")], EvalConfig(), tmp_path / "r.jsonl", pm=pm
+    )
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "computes below the problem's precision while timed" in result.message, result.message
