@@ -91,6 +91,20 @@ class CpuWallTimer:
 CPU_WALL_TIMER = CpuWallTimer()
 
 
+def phase_medians(results) -> dict:
+    """Median seconds of the timing stage and of each of the timer's phases (``timing.NAME`` stages) over
+    ``results``, with the timed pairs' count and the median seconds per pair ({} without phases)."""
+    names = sorted({k for r in results for k in (r.stages or {}) if k.startswith("timing.")})
+    if not names:
+        return {}
+    out = {k: round(statistics.median(r.stages.get(k, 0.0) for r in results), 6) for k in ["timing", *names]}
+    pairs = statistics.median((r.timing_reps or 0) + 1 for r in results)  # the probe pair too
+    if pairs and "timing.pairs" in out:
+        out["pairs"] = pairs
+        out["per_pair_s"] = round(out["timing.pairs"] / pairs, 6)
+    return out
+
+
 def row(result, e2e_s: float, **extra) -> dict:
     return {
         "problem": result.problem,
@@ -170,6 +184,8 @@ class Bench:
                 "e2e_median_s": statistics.median(s for _, s in runs),
                 "second_shape_s": statistics.median(r.stages.get("second_shape", 0.0) for r, _ in runs),
                 "inputs_s": statistics.median(r.stages.get("inputs", 0.0) for r, _ in runs),
+                # where the timing stage goes (the timer's phases: kzcore.types.Timing.phases), and per pair
+                "timing_phases_s": phase_medians([r for r, _ in runs]),
             }
             print(f"repeat {name:16s} speedups {_fmt(speedups)} cv {_pct(out[name]['speedup_cv'])}", file=sys.stderr)
         cvs = [v["speedup_cv"] for v in out.values() if v["speedup_cv"] is not None]

@@ -314,3 +314,21 @@ def test_slow_placements_counts_those_slow_on_both_sides_and_where_they_came():
     job = [[1.05, 2.10], [1.0, 2.0], [1.0, 2.0], [1.0, 2.15], [1.03, 2.05], [1.0, 2.0]]
     assert slow_placements([[job], [[]]]) == {"placements_timed": 6, "slow_placements": 2, "slow_at_job_start": 1}
     assert slow_placements([]) == {"placements_timed": 0, "slow_placements": 0, "slow_at_job_start": 0}
+
+
+def test_the_timing_bench_reports_the_timers_phases_per_problem():
+    """bench/timing.py's repeat section: the median timing stage and timer phases over a problem's runs, and the
+    median time per timed pair (the probe pair counted); nothing for results without phases (a CPU run)."""
+    from types import SimpleNamespace
+
+    from bench.timing import phase_medians
+
+    def result(pairs_s, reps):
+        stages = {"timing": pairs_s + 0.01, "timing.pairs": pairs_s, "timing.wait": pairs_s / 2, "check": 0.5}
+        return SimpleNamespace(stages=stages, timing_reps=reps)
+
+    out = phase_medians([result(0.10, 31), result(0.12, 31), result(0.30, 39)])
+    assert out == {
+        "timing": 0.13, "timing.pairs": 0.12, "timing.wait": 0.06, "pairs": 32, "per_pair_s": 0.00375,
+    }  # fmt: skip
+    assert phase_medians([SimpleNamespace(stages={"timing": 0.0}, timing_reps=0)]) == {}
