@@ -132,6 +132,13 @@ class EvalConfig:
         1024, "positions of every timed pair's outputs compared with the reference's (0: only drawn pairs checked)",
         attrs.validators.ge(0),
     )  # fmt: skip
+    # Per timed pair, the share of each input of 1M+ elements redrawn (one random span; the rest keeps the last
+    # pair's values): less memory traffic under the exclusive lock, while a value-keyed cache that hits on the
+    # unchanged rest returns outputs stale on the span, which the spot checks catch. Only with timed_spots
+    timed_refill: float = _setting(
+        1.0, "share of each large timed input redrawn per pair (1: all; less needs timed_spots)",
+        attrs.validators.and_(attrs.validators.gt(0), attrs.validators.le(1)),
+    )  # fmt: skip
     # Cached; a problem whose outputs are ~0, ~constant, input-independent, random or non-finite marks its
     # results `problem_degenerate`
     problem_check: bool = _setting(True, "checking each problem (degenerate outputs) before its candidates")

@@ -48,7 +48,9 @@ class TimedRounds:
     input values; they are copied into the current placement of both sides in place. ``check(expected, actual,
     where)`` raises `TimedCheckFailed` when the candidate's outputs are wrong; ``snapshot(outputs)`` validates and
     copies the candidate's outputs (refusing what it does not own). ``share``: the probability that a pair is
-    checked; the last pair always is. ``spots``: a `kzcore.evaluate.spots.SpotCheck` for every pair (None: none)."""
+    checked; the last pair always is. ``spots``: a `kzcore.evaluate.spots.SpotCheck` for every pair (None: none).
+    ``refill_share``: the share of each large input whose contents are redrawn per pair, as one random span (1:
+    all of it; less only with ``spots``, which catch a cache that hits on the unchanged rest)."""
 
     def __init__(
         self,
@@ -60,11 +62,15 @@ class TimedRounds:
         share: float,
         rng: random.Random | None = None,
         spots=None,
+        refill_share: float = 1.0,
     ):
         if len(ref_placed) != len(cand_placed) or not len(ref_placed):
             raise ValueError(f"{len(ref_placed)} reference and {len(cand_placed)} candidate placements")
         self.draw, self.ref_placed, self.cand_placed = draw, ref_placed, cand_placed
         self.check, self.snapshot, self.share, self.spots = check, snapshot, share, spots
+        if not 0 < refill_share <= 1 or (refill_share < 1 and spots is None):
+            raise ValueError(f"refill_share {refill_share}: in (0, 1], and below 1 only with spot checks")
+        self.refill_share = refill_share
         self.rng = rng or random.SystemRandom()
         self.placements = len(ref_placed)
         self.index = 0
@@ -80,14 +86,15 @@ class TimedRounds:
         """Before a pair, outside the timed region: the next placement, new contents in both sides' inputs, and
         whether to check the pair: always the ``last``, else as ``check`` says or, by default, with probability
         ``share``."""
-        from kzcore.evaluate.tensors import refill_in_place
+        from kzcore.evaluate.tensors import refill_in_place, refill_plan
 
         self.index = self.pairs % self.placements
         self.ref_inputs, self.cand_inputs = self.ref_placed[self.index], self.cand_placed[self.index]
         if self.draw is not None:
             values = self.draw(self.rng.getrandbits(31))
-            refill_in_place(self.ref_inputs, values)
-            refill_in_place(self.cand_inputs, values)
+            part = refill_plan(values, self.refill_share, self.rng)
+            refill_in_place(self.ref_inputs, values, part)
+            refill_in_place(self.cand_inputs, values, part)
         self.pairs += 1
         self._checking = last or (check if check is not None else self.rng.random() < self.share)
         self.last_checked = last

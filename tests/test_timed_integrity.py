@@ -10,6 +10,7 @@ import random
 import weakref
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 
@@ -266,6 +267,16 @@ def test_an_honest_kernel_passes_its_checked_timed_pairs(triton_pool, problems):
     assert result.timed_checks == 2  # both untimed CPU pairs are checked
     assert result.spot_checked == 2  # and spot-checked, the worker's checkers being elementwise
     assert result.rel_l2_err is not None and result.rel_l2_err < precision.FP32_CLASS
+
+
+def test_a_partial_refill_runs_through_the_evaluator_and_needs_the_spots(triton_pool, problems):
+    source = (HERE / "legit" / "fused_softmax.py").read_text()
+    partial = EvalConfig(**{**_fields(CONFIG), "timed_refill": 0.125})
+    result = run_one(triton_pool, problems["11_Softmax"], source, config=partial)
+    assert result.status is Status.CORRECT and result.spot_checked == 2, result.message
+    without = run_one(triton_pool, problems["11_Softmax"], source, config=attrs.evolve(partial, timed_spots=0))
+    assert without.status is Status.CORRECT and without.spot_checked == 0, without.message
+    assert "timed_refill=0.125 needs the spot checks: every timed input redrawn whole" in without.timing_note
 
 
 LINEAR_BF16 = """

@@ -237,3 +237,67 @@ def test_errors_per_placement_estimate_the_relative_l2_error():
     assert spots.verify() == ""
     (err0, n0), (err1, n1) = spots.errors[0], spots.errors[1]
     assert 0.8e-3 < err0 < 1.25e-3 and err1 == 0.0 and n0 == n1 == 3 * 512
+
+
+def test_a_partial_refill_redraws_one_random_span_of_each_large_input_the_same_on_both_sides():
+    from kzcore.evaluate.tensors import REFILL_MIN_NUMEL, refill_plan
+
+    big, small = torch.zeros(REFILL_MIN_NUMEL * 2), torch.zeros(100)
+    assert refill_plan([big, small], 1.0, random.Random(0)) is None
+    plans = [refill_plan([big, small, 3], 0.125, random.Random(seed)) for seed in range(5)]
+    assert all(set(p) == {0} and p[0][1] - p[0][0] == REFILL_MIN_NUMEL // 4 for p in plans)
+    assert len({p[0] for p in plans}) == 5  # where the span lies is drawn
+
+    n = REFILL_MIN_NUMEL * 2
+
+    def draw(seed: int) -> list:
+        return [torch.randn(n, generator=torch.Generator().manual_seed(seed)), torch.randn(10)]
+
+    first = draw(0)
+    rounds = TimedRounds(
+        draw, [[first[0].clone(), first[1].clone()]], [[first[0].clone(), first[1].clone()]], full_check, snapshot,
+        0.0, rng=random.Random(1), spots=SpotCheck(CONFIG.tolerance_for), refill_share=0.125,
+    )  # fmt: skip
+    before = rounds.ref_inputs[0].clone()
+    rounds.begin()
+    changed = (rounds.ref_inputs[0] != before).sum().item()
+    assert 0.12 * n < changed <= 0.125 * n + 1  # one eighth redrawn (all but ties)
+    assert torch.equal(rounds.ref_inputs[0], rounds.cand_inputs[0]) and torch.equal(
+        *[r[1] for r in (rounds.ref_inputs, rounds.cand_inputs)]
+    )
+
+
+def test_a_cache_that_hits_on_the_unchanged_rest_of_a_partial_refill_is_caught_by_the_spots():
+    from kzcore.evaluate.tensors import REFILL_MIN_NUMEL
+
+    n = REFILL_MIN_NUMEL * 2
+
+    def draw(seed: int) -> list:
+        return [torch.randn(n, generator=torch.Generator().manual_seed(seed))]
+
+    x = draw(0)[0]
+    rounds = TimedRounds(
+        draw, [[x.clone()]], [[x.clone()]], full_check, snapshot, 0.0, rng=random.Random(2),
+        spots=SpotCheck(CONFIG.tolerance_for, seed=0), refill_share=0.125,
+    )  # fmt: skip
+    cache: dict = {}
+
+    def candidate():  # keyed on a few sampled values, as a cache that beats fresh draws would be
+        key = tuple(rounds.cand_inputs[0][:8].tolist())
+        if key not in cache:
+            cache[key] = torch.relu(rounds.cand_inputs[0])
+        return cache[key]
+
+    for _ in range(5):  # no pair drawn for the full check: only the spots look
+        rounds.begin(check=False)
+        rounds.took("reference", torch.relu(rounds.ref_inputs[0]))
+        rounds.took("candidate", candidate())
+        rounds.end()
+    assert len(cache) < 5  # it did hit: the unchanged rest kept its key
+    with pytest.raises(TimedCheckFailed, match=r"^timed pair \d+: the candidate's output differs .* at \d+ of"):
+        rounds.finish()
+
+
+def test_a_partial_refill_needs_the_spot_checks():
+    with pytest.raises(ValueError, match="below 1 only with spot checks"):
+        TimedRounds(draw, [[]], [[]], full_check, snapshot, 0.0, refill_share=0.5)

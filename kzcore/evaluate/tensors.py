@@ -63,9 +63,11 @@ def same_bits(b, a) -> bool:
     return torch.equal(b, a)
 
 
-def refill_in_place(buffers: list, values: list) -> None:
+def refill_in_place(buffers: list, values: list, part: dict | None = None) -> None:
     """``values`` copied into ``buffers`` in place (same tensors, same pointers); non-tensors replaced. Both
-    must match tensor for tensor in shape, dtype and device (the timed inputs are drawn from one problem)."""
+    must match tensor for tensor in shape, dtype and device (the timed inputs are drawn from one problem).
+    ``part`` (`refill_plan`): for input i, only its flat elements ``start:stop`` are copied (both contiguous;
+    otherwise all of it)."""
     import torch
 
     if len(buffers) != len(values):
@@ -75,9 +77,34 @@ def refill_in_place(buffers: list, values: list) -> None:
             b = buffers[i]
             if not isinstance(b, torch.Tensor) or (b.shape, b.dtype, b.device) != (v.shape, v.dtype, v.device):
                 raise ValueError(f"input {i}: a new draw of {tuple(v.shape)} {v.dtype} does not fit the timed buffer")
-            b.copy_(v)
+            span = (part or {}).get(i)
+            if span is not None and b.is_contiguous() and v.is_contiguous():
+                b.view(-1)[span[0] : span[1]].copy_(v.view(-1)[span[0] : span[1]])
+            else:
+                b.copy_(v)
         else:
             buffers[i] = v
+
+
+REFILL_MIN_NUMEL = 1 << 20  # inputs smaller than this are always redrawn whole (their copy costs little)
+
+
+def refill_plan(values: list, share: float, rng) -> dict | None:
+    """For a partial refill: per tensor input of at least ``REFILL_MIN_NUMEL`` elements, a random contiguous
+    span holding ``share`` of its flat elements, (start, stop); None when ``share`` is 1 (everything redrawn)."""
+    import math
+
+    import torch
+
+    if share >= 1:
+        return None
+    plan = {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and v.numel() >= REFILL_MIN_NUMEL:
+            m = max(1, math.ceil(v.numel() * share))
+            start = rng.randrange(v.numel() - m + 1)
+            plan[i] = (start, start + m)
+    return plan
 
 
 class NotOwned(Exception):

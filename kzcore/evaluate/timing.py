@@ -177,9 +177,14 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
     ref_placed, cand_placed = placements_for(
         state.config.timing_placements, state.config.placement_shift_mib, state.device, *inputs
     )
+    spots = spot_check(state)
+    refill = state.config.timed_refill
+    if refill < 1 and spots is None:
+        state.note_once(f"timed_refill={refill:g} needs the spot checks: every timed input redrawn whole")
+        refill = 1.0
     rounds = TimedRounds(
         timed_draw(state, problem_mod), ref_placed, cand_placed, functools.partial(timed_check, state),
-        timed_snapshot, state.config.timed_check_share, spots=spot_check(state),
+        timed_snapshot, state.config.timed_check_share, spots=spots, refill_share=refill,
     )  # fmt: skip
     with state.clock("timing"):
         try:
