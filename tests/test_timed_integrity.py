@@ -45,13 +45,15 @@ def rounds_for(share: float, seed: int = 0, draw=relu_draw, check=strict_check):
 
 
 def drive(rounds: TimedRounds, reference, candidate, pairs: int) -> None:
-    """A timer's loop over the rounds, the candidate second in even pairs and first in odd ones."""
+    """A timer's loop over the rounds, the candidate second in even pairs and first in odd ones; then the core's
+    ``finish`` (the spot checks, where the rounds have them)."""
     for i in range(pairs):
         rounds.begin(last=i == pairs - 1)
         order = [("reference", reference), ("candidate", candidate)]
         for side, fn in order if i % 2 == 0 else order[::-1]:
             rounds.took(side, fn())
         rounds.end()
+    rounds.finish()
 
 
 def test_every_pair_gets_new_contents_the_same_on_both_sides():

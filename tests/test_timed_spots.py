@@ -23,6 +23,7 @@ from kzcore.evaluate.timing import spot_check
 from kzcore.plugins import new_plugin_manager
 from kzcore.timed import TimedRounds
 from kzcore.types import EvalConfig, OutputCheck
+from tests.test_timed_integrity import drive
 
 CONFIG = EvalConfig(device="cpu")
 TOL = Tolerance(atol=1e-2, rtol=1e-2)
@@ -43,17 +44,6 @@ def rounds_with(spots: SpotCheck | None, share: float = 0.0) -> TimedRounds:
     return TimedRounds(
         draw, [[x.clone()]], [[x.clone()]], full_check, snapshot, share, rng=random.Random(0), spots=spots
     )
-
-
-def drive(rounds: TimedRounds, reference, candidate, pairs: int) -> None:
-    """A timer's loop: the candidate second in even pairs, first in odd ones; then the core's ``finish``."""
-    for i in range(pairs):
-        rounds.begin(last=i == pairs - 1)
-        order = [("reference", reference), ("candidate", candidate)]
-        for side, fn in order if i % 2 == 0 else order[::-1]:
-            rounds.took(side, fn())
-        rounds.end()
-    rounds.finish()
 
 
 def skipping(rounds: TimedRounds, skip_pairs: set[int], stale_share: float = 1.0):

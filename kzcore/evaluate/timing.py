@@ -108,8 +108,8 @@ def spot_check(state: EvaluationState) -> SpotCheck | None:
     if not state.config.timed_spots:
         return None
     impls = state.pm.hook.kz_check_outputs.get_hookimpls()
-    if not all(getattr(impl.function, "elementwise", False) for impl in impls):
-        others = sorted(impl.plugin_name for impl in impls if not getattr(impl.function, "elementwise", False))
+    others = sorted(impl.plugin_name for impl in impls if not getattr(impl.function, "elementwise", False))
+    if others:
         state.note_once(
             f"only the drawn timed pairs checked: output checker(s) {', '.join(others)} not marked elementwise "
             "(kzcore/evaluate/spots.py)"
@@ -136,11 +136,7 @@ def precision_while_timed(state: EvaluationState, rounds: TimedRounds, reference
     if state.precision_bars is None:
         inputs = rounds.ref_inputs
         with state.clock("check"):
-            run = state.direct_forward("reference", reference)
-            expected = as_list(run(*inputs))
-            state.precision_bars = precision.bars(
-                lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
-            )
+            trials.precision_bars(state, reference, inputs, as_list(state.forward("reference", reference, inputs)))
     tf32, bf16 = state.precision_bars
     limit = precision.bar(tf32, bf16)
     if bf16 <= 0 or error <= TIMED_PRECISION_MARGIN * limit:

@@ -97,14 +97,19 @@ def precision_check(state: EvaluationState, reference, inputs: list, expected: l
     state.fields["rel_l2_err"] = error
     if error <= precision.FP32_CLASS:
         return
-    tf32, bf16 = precision.bars(
-        lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
-    )
+    tf32, bf16 = precision_bars(state, reference, inputs, expected)
     state.fields["tf32_l2_err"] = tf32
-    state.precision_bars = (tf32, bf16)
     message = precision.verdict(error, tf32, bf16)
     if message:
         raise Verdict(Status.INCORRECT, f"{label}: {message}")
+
+
+def precision_bars(state: EvaluationState, reference, inputs: list, expected: list) -> tuple[float, float]:
+    """The problem's (TF32, bf16) errors on ``inputs`` (`precision.bars`), kept in ``state.precision_bars``."""
+    state.precision_bars = precision.bars(
+        lambda model, args: as_list(state.forward("reference", model, args)), reference, inputs, expected
+    )
+    return state.precision_bars
 
 
 def compare(state: EvaluationState, expected: list, actual: list, config=None):
