@@ -67,6 +67,11 @@ class EvalConfig:
         100.0, "first GPU-side wait (us) before each timed call, raised while the host queues a call slower (GPU)",
         attrs.validators.ge(0),
     )  # fmt: skip
+    # 0: the cover only grows, to the slowest queueing of the timing; N: it follows the second slowest of the last
+    # N queueings of a side, so one slow queueing costs one retaken call, not an idle GPU for the rest
+    launch_cover_window: int = _setting(
+        16, "timed calls whose queueing sizes the launch cover (0: it only grows) (GPU)", attrs.validators.ge(0)
+    )
     # A kernel's speed can depend on where its inputs lie (kzcore/evaluate/placement.py): the timed pairs go
     # round this many placements of the inputs, and the mean of the per-placement medians is kept
     timing_placements: int = _setting(

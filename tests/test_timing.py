@@ -15,6 +15,7 @@ from kzcore.builtins.timing import (
     COVER_RAISES,
     HOST_MARGIN_US,
     MAX_COVER_US,
+    RETAKE_BUDGET,
     LaunchCover,
     interleaved,
     median_rel_error,
@@ -143,6 +144,53 @@ def test_the_cover_never_grows_past_its_cap():
     cover = LaunchCover(100.0)
     assert cover.raise_for(10 * MAX_COVER_US, 75.0, 100.0) and cover.requested_us == MAX_COVER_US
     assert not cover.raise_for(10 * MAX_COVER_US, 75.0, MAX_COVER_US)
+
+
+def _timed_call(cover: LaunchCover, host_of, flush_us: float = 75.0, clock: float = 1.0) -> bool:
+    """One timed call as `time_cuda` runs it against ``cover``: ``host_of(wait_us)`` is the host's queueing time
+    for a call behind that GPU wait; ``clock`` the GPU wait got per us asked. True if the kept sample is covered."""
+    while True:
+        wait = cover.requested_us * clock
+        host = host_of(wait)
+        if cover.covered(host, flush_us + wait):
+            cover.kept(host, flush_us, wait)
+            return True
+        if cover.raise_for(host, flush_us, wait):
+            cover.retaken += 1
+            continue
+        cover.uncovered += 1
+        cover.kept(host, flush_us, wait)
+        return False
+
+
+def test_a_lone_slow_queueing_is_taken_again_and_leaves_no_longer_wait_behind():
+    cover = LaunchCover(100.0, window=16)
+    assert all(_timed_call(cover, lambda w: 60.0) for _ in range(5)) and cover.requested_us == 100.0
+    assert _timed_call(cover, lambda w: 900.0)  # a page fault while queueing: retaken behind a longer wait
+    assert cover.retaken == 1 and cover.peak_us >= 900.0 + HOST_MARGIN_US - 75.0
+    assert _timed_call(cover, lambda w: 60.0)
+    assert cover.requested_us == 100.0  # the one slow queueing is not what the next calls wait for
+    assert "raised to" in cover.summary("candidate") and "1 sample(s) taken again" in cover.summary("candidate")
+    grow_only = LaunchCover(100.0)  # window 0: the old rule, the wait stays raised for the rest of the timing
+    for host in (60.0, 900.0, 60.0):
+        _timed_call(grow_only, lambda w, h=host: h)
+    assert grow_only.requested_us >= 900.0 + HOST_MARGIN_US - 75.0
+
+
+def test_a_host_that_stays_slow_keeps_its_longer_wait_without_retaking_every_call():
+    cover = LaunchCover(100.0, window=16)
+    for _ in range(20):
+        assert _timed_call(cover, lambda w: 400.0, clock=0.5)  # the cycles calibrated at twice today's clock
+    assert cover.retaken <= 2 and cover.uncovered == 0
+    assert cover.requested_us * 0.5 >= 400.0 + HOST_MARGIN_US - 75.0  # what the GPU waits covers the host
+
+
+def test_a_forward_that_waits_on_the_gpu_spends_the_retake_budget_then_waits_no_longer():
+    cover = LaunchCover(100.0, window=16)
+    kept = [_timed_call(cover, lambda w: 75.0 + w + 30.0) for _ in range(30)]
+    assert not any(kept) and cover.raises == RETAKE_BUDGET and cover.uncovered == 30
+    assert cover.requested_us == 100.0 and cover.peak_us <= MAX_COVER_US
+    assert "hold host time" in cover.summary("candidate")
 
 
 def _flushes(values, sleep_s=0.0):

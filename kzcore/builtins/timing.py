@@ -72,7 +72,8 @@ def spin_cycles_per_us() -> float:
 
 HOST_MARGIN_US = 10.0  # a launch queued just before the start event still needs a few us to reach the GPU
 MAX_COVER_US = 20_000.0  # a call the host takes longer than this to queue keeps its host time in its samples
-COVER_RAISES = 4  # raises of one side's cover per timing; a forward that waits on the GPU never fits any cover
+COVER_RAISES = 4  # raises for one call (a forward that waits on the GPU never fits any cover)
+RETAKE_BUDGET = 16  # raises of one side's cover per timing when the cover follows recent queueing (window > 0)
 
 
 @attrs.define
@@ -82,14 +83,32 @@ class LaunchCover:
     event, the call and the end event) plus a margin is within ``lead_us`` (the flush and the wait, measured on the GPU by
     events). Then the events hold the kernels' GPU time and nothing of the host, however slow the host is
     (a busy CPU, a slow Python launcher, a multi-kernel forward's launches between its kernels). An uncovered
-    sample raises the wait and is taken again; after ``COVER_RAISES`` raises or at ``MAX_COVER_US`` samples are
-    kept as measured and counted (a forward that synchronizes can never be covered)."""
+    sample raises the wait and is taken again, up to ``COVER_RAISES`` times for one call, at most to
+    ``MAX_COVER_US``; past that it is kept as measured and counted (a forward that synchronizes can never be
+    covered).
+
+    ``window`` 0: the wait only grows, so one slow queueing (a page fault, a descheduled host thread) keeps every
+    later call of the timing waiting for it, with the GPU idle. ``window`` N: after each kept sample the wait is
+    set to what would have covered the second slowest of the side's last N queueings (never under the first
+    wait), so a lone slow queueing costs one retaken call and no later wait, and a host that stays slow keeps
+    its longer wait. Raises are then budgeted per timing (``RETAKE_BUDGET``); once it is spent the wait goes
+    back to the first one and samples that hold host time are counted. Neither way lets host time into a kept
+    sample without counting it: every sample is checked the same way."""
 
     requested_us: float
+    window: int = 0
     raises: int = 0
     retaken: int = 0
     uncovered: int = 0
     host_max_us: float = 0.0
+    peak_us: float = 0.0  # the longest wait asked for
+    first_us: float = attrs.field(init=False)
+    rate: float = 1.0  # GPU wait got per us asked (the cycle calibration's error, from the last sample)
+    _call_raises: int = 0
+    _recent: list = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.first_us = self.peak_us = self.requested_us
 
     def cycles(self, cycles_per_us: float) -> int:
         return int(self.requested_us * cycles_per_us)
@@ -100,28 +119,54 @@ class LaunchCover:
         self.host_max_us = max(self.host_max_us, host_us)
         return self.requested_us <= 0 or host_us + HOST_MARGIN_US <= lead_us
 
+    def _fit(self, host_us: float, flush_us: float) -> float:
+        """The wait to ask for so a call queued in ``host_us`` is covered, a quarter to spare, clock corrected."""
+        needed = (host_us + HOST_MARGIN_US - flush_us) * 1.25 + 20.0  # wait that would have covered, on the GPU
+        return min(MAX_COVER_US, needed / max(self.rate, 0.05))
+
+    def _note_rate(self, wait_us: float) -> None:
+        if self.requested_us > 0 and wait_us > 0:
+            self.rate = wait_us / self.requested_us
+
     def raise_for(self, host_us: float, flush_us: float, wait_us: float) -> bool:
         """Raise the wait so a call as slow to queue as this one fits, with a quarter to spare; the wait got
         (``wait_us``) against the wait asked for corrects a stale cycle calibration. False when no raise is left."""
-        if self.raises >= COVER_RAISES or self.requested_us >= MAX_COVER_US:
+        budget = RETAKE_BUDGET if self.window else COVER_RAISES
+        if self.raises >= budget or self._call_raises >= COVER_RAISES or self.requested_us >= MAX_COVER_US:
             return False
-        rate = wait_us / self.requested_us if self.requested_us > 0 and wait_us > 0 else 1.0
-        needed = (host_us + HOST_MARGIN_US - flush_us) * 1.25 + 20.0  # wait that would have covered, on the GPU
-        self.requested_us = min(MAX_COVER_US, max(self.requested_us * 1.5, needed / max(rate, 0.05)))
+        self._note_rate(wait_us)
+        self.requested_us = max(self.requested_us * 1.5, self._fit(host_us, flush_us))
+        self.requested_us = min(MAX_COVER_US, self.requested_us)
+        self.peak_us = max(self.peak_us, self.requested_us)
         self.raises += 1
+        self._call_raises += 1
         return True
+
+    def kept(self, host_us: float, flush_us: float, wait_us: float) -> None:
+        """After a sample is kept: with a ``window``, the next call's wait from the side's recent queueings."""
+        self._call_raises = 0
+        if not self.window or self.first_us <= 0:
+            return
+        self._note_rate(wait_us)
+        self._recent = [*self._recent[-(self.window - 1) :], host_us] if self.window > 1 else [host_us]
+        if self.raises >= RETAKE_BUDGET:  # the host stays slower than any wait: waiting longer buys nothing
+            self.requested_us = self.first_us
+            return
+        ranked = sorted(self._recent)
+        second = ranked[-2] if len(ranked) > 1 else ranked[-1]
+        self.requested_us = max(self.first_us, self._fit(second, flush_us))
 
     def summary(self, side: str) -> str:
         """A timing note: samples that still hold host time, or a cover raised for a slow host (else "")."""
         if self.uncovered:
             return (
                 f"{self.uncovered} {side} sample(s) hold host time: queueing a call took up to "
-                f"{self.host_max_us:.0f} us, more than a {self.requested_us:.0f} us cover hides (a forward that "
+                f"{self.host_max_us:.0f} us, more than a {self.peak_us:.0f} us cover hides (a forward that "
                 "waits on the GPU, or a very slow launch path)"
             )
         if self.raises:
             return (
-                f"{side} launch cover raised to {self.requested_us:.0f} us (queueing took up to "
+                f"{side} launch cover raised to {self.peak_us:.0f} us (queueing took up to "
                 f"{self.host_max_us:.0f} us; {self.retaken} sample(s) taken again)"
             )
         return ""
@@ -223,7 +268,7 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
         flushed.record()
 
     def timed(fn, side: str) -> float:
-        cover = covers.setdefault(id(fn), LaunchCover(config.launch_cover_us))
+        cover = covers.setdefault(id(fn), LaunchCover(config.launch_cover_us, window=config.launch_cover_window))
         while True:
             t0 = time.perf_counter()
             flush_l2()
@@ -249,6 +294,7 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
                 continue
             cover.uncovered += 1
             break
+        cover.kept(host_us, flush_us, wait_us)
         spills[side].append(spill_us)
         ms = start.elapsed_time(end)
         if rounds is not None:
