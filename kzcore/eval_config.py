@@ -67,10 +67,11 @@ class EvalConfig:
         100.0, "first GPU-side wait (us) before each timed call, raised while the host queues a call slower (GPU)",
         attrs.validators.ge(0),
     )  # fmt: skip
-    # 0: the cover only grows, to the slowest queueing of the timing; N: it follows the second slowest of the last
-    # N queueings of a side, so one slow queueing costs one retaken call, not an idle GPU for the rest
+    # 0: the cover only grows, to the slowest queueing of the timing (the rule the timing-truth runs hold to); N:
+    # it follows the second slowest of the last N queueings of a side, so one slow queueing costs one retaken
+    # call, not an idle GPU for the rest (kzcore.builtins.timing.LaunchCover; no ground-truth run of it yet)
     launch_cover_window: int = _setting(
-        16, "timed calls whose queueing sizes the launch cover (0: it only grows) (GPU)", attrs.validators.ge(0)
+        0, "timed calls whose queueing sizes the launch cover (0: it only grows) (GPU)", attrs.validators.ge(0)
     )
     # A kernel's speed can depend on where its inputs lie (kzcore/evaluate/placement.py): the timed pairs go
     # round this many placements of the inputs, and the mean of the per-placement medians is kept
@@ -139,7 +140,9 @@ class EvalConfig:
     )  # fmt: skip
     # Per timed pair, the share of each input of 1M+ elements redrawn (one random span; the rest keeps the last
     # pair's values): less memory traffic under the exclusive lock, while a value-keyed cache that hits on the
-    # unchanged rest returns outputs stale on the span, which the spot checks catch. Only with timed_spots
+    # unchanged rest returns outputs stale on the span, which the spot checks catch. Only with timed_spots. Off by
+    # default: a candidate that diffs its input against a kept copy could recompute only the changed span, with
+    # right outputs (docs/evaluator.md)
     timed_refill: float = _setting(
         1.0, "share of each large timed input redrawn per pair (1: all; less needs timed_spots)",
         attrs.validators.and_(attrs.validators.gt(0), attrs.validators.le(1)),

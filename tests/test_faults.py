@@ -752,3 +752,40 @@ def test_fault_files_are_kernelbench_candidates_for_relu():
         assert "class ModelNew" in source and "@triton.jit" in source, path.name
         problems = check_source(source)
         assert bool(problems) == (path.stem in refused), (path.name, problems)
+
+
+class SharedDevicePool(LocalPool):
+    """Workers taken as sharing one GPU (``shared``), as several workers per GPU do; on a CPU none is shared."""
+
+    shared = True
+
+    def _shares_device(self) -> bool:
+        return self.shared
+
+
+def test_a_candidate_out_of_device_memory_beside_a_neighbour_is_evaluated_again_alone(relu, own_workers):
+    # defence: LocalPool.map evaluates again, alone, a candidate that ran out of device memory while other jobs
+    # shared its GPU; without it an honest kernel is filed runtime_error for what its neighbours held (4 workers
+    # per GPU on an 80 GB H100 filed two correct 14_RMSNorm kernels so)
+    from kzcore.executors.local import ALONE_NOTE
+
+    def jobs(until: float) -> list[EvalJob]:
+        sources = [fault("slow_neighbour", UNTIL=until), fault("oom_beside_a_neighbour", UNTIL=until)]
+        return [
+            EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), CONFIG)
+            for i, s in enumerate(sources)
+        ]
+
+    with SharedDevicePool(workers=2, config=CONFIG, plugins=["kz_triton"]) as own:
+        own.shared = False  # the control: no GPU shared, so the verdict stands as filed
+        by_sample = {r.sample: r for r in own.map(jobs(time.time() + 6))}
+        assert by_sample[0].status is Status.CORRECT, by_sample[0].message
+        assert by_sample[1].status is Status.RUNTIME_ERROR and "out of memory" in by_sample[1].message
+        own.shared = True
+        own.start()  # both workers ready before the clock starts
+        seen = [(r.sample, r, time.time()) for r in own.map(jobs(time.time() + 6))]
+        assert [sample for sample, _, _ in seen] == [0, 1]  # the neighbour's result first, then the one run alone
+        neighbour, alone = seen[0][1], seen[1][1]
+        assert neighbour.status is Status.CORRECT and ALONE_NOTE not in neighbour.timing_note
+        assert alone.status is Status.CORRECT, alone.message
+        assert alone.timing_note.startswith(ALONE_NOTE)  # correct: it ran once its neighbour's job had ended

@@ -87,13 +87,15 @@ class LaunchCover:
     ``MAX_COVER_US``; past that it is kept as measured and counted (a forward that synchronizes can never be
     covered).
 
-    ``window`` 0: the wait only grows, so one slow queueing (a page fault, a descheduled host thread) keeps every
-    later call of the timing waiting for it, with the GPU idle. ``window`` N: after each kept sample the wait is
-    set to what would have covered the second slowest of the side's last N queueings (never under the first
-    wait), so a lone slow queueing costs one retaken call and no later wait, and a host that stays slow keeps
-    its longer wait. Raises are then budgeted per timing (``RETAKE_BUDGET``); once it is spent the wait goes
-    back to the first one and samples that hold host time are counted. Neither way lets host time into a kept
-    sample without counting it: every sample is checked the same way."""
+    ``window`` 0 (the default): the wait only grows, so one slow queueing (a page fault, a descheduled host
+    thread) keeps every later call of the timing waiting for it, with the GPU idle. ``window`` N: after each kept
+    sample the wait is set to what would have covered the second slowest of the side's last N queueings (never
+    under the first wait), so a lone slow queueing costs one retaken call and no later wait, and a host that
+    stays slow keeps its longer wait. Raises are then budgeted per timing (``RETAKE_BUDGET``): once it is spent
+    the wait stays at the longest asked, as with window 0. A call still uncovered after ``COVER_RAISES`` raises
+    (a forward that waits on the GPU: its queueing grows with the wait) sends the wait back to the first one for
+    the rest of the timing, since no wait covers it. No rule lets host time into a kept sample without counting
+    it: every sample is checked the same way."""
 
     requested_us: float
     window: int = 0
@@ -104,6 +106,7 @@ class LaunchCover:
     peak_us: float = 0.0  # the longest wait asked for
     first_us: float = attrs.field(init=False)
     rate: float = 1.0  # GPU wait got per us asked (the cycle calibration's error, from the last sample)
+    hopeless: bool = False  # a call no wait covered (window > 0): the first wait from then on, no raises
     _call_raises: int = 0
     _recent: list = attrs.field(factory=list)
 
@@ -132,7 +135,11 @@ class LaunchCover:
         """Raise the wait so a call as slow to queue as this one fits, with a quarter to spare; the wait got
         (``wait_us``) against the wait asked for corrects a stale cycle calibration. False when no raise is left."""
         budget = RETAKE_BUDGET if self.window else COVER_RAISES
-        if self.raises >= budget or self._call_raises >= COVER_RAISES or self.requested_us >= MAX_COVER_US:
+        if self.hopeless or self.raises >= budget or self.requested_us >= MAX_COVER_US:
+            return False
+        if self._call_raises >= COVER_RAISES:  # no wait covers this call: its queueing grows with the wait
+            if self.window:
+                self.hopeless, self.requested_us = True, self.first_us
             return False
         self._note_rate(wait_us)
         self.requested_us = max(self.requested_us * 1.5, self._fit(host_us, flush_us))
@@ -145,16 +152,17 @@ class LaunchCover:
     def kept(self, host_us: float, flush_us: float, wait_us: float) -> None:
         """After a sample is kept: with a ``window``, the next call's wait from the side's recent queueings."""
         self._call_raises = 0
-        if not self.window or self.first_us <= 0:
+        if not self.window or self.first_us <= 0 or self.hopeless:
             return
         self._note_rate(wait_us)
         self._recent = [*self._recent[-(self.window - 1) :], host_us] if self.window > 1 else [host_us]
-        if self.raises >= RETAKE_BUDGET:  # the host stays slower than any wait: waiting longer buys nothing
-            self.requested_us = self.first_us
+        if self.raises >= RETAKE_BUDGET:  # the budget is spent: the longest wait asked, as with window 0
+            self.requested_us = self.peak_us
             return
         ranked = sorted(self._recent)
         second = ranked[-2] if len(ranked) > 1 else ranked[-1]
         self.requested_us = max(self.first_us, self._fit(second, flush_us))
+        self.peak_us = max(self.peak_us, self.requested_us)
 
     def summary(self, side: str) -> str:
         """A timing note: samples that still hold host time, or a cover raised for a slow host (else "")."""

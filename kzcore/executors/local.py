@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
+import attrs
+
 from kzcore.errors import KzError
 from kzcore.executors.channel import (  # noqa: F401 (re-exported)
     MAX_MESSAGE_BYTES,
@@ -40,6 +42,15 @@ from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
 
 START_TIMEOUT_S = 300.0  # read by LocalPool() at construction (tests shorten it here)
 MAX_REQUEUES = 3  # a job whose worker was found dead before the job reached it is sent again this often
+ALONE_NOTE = "evaluated again alone: it ran out of device memory beside other jobs on its GPU"
+
+
+def out_of_device_memory(result) -> bool:
+    """An evaluation that failed because the GPU's memory ran out (what the other jobs on it held counts)."""
+    if not isinstance(result, EvalResult) or result.status is not Status.RUNTIME_ERROR:
+        return False
+    text = result.message.lower()
+    return "outofmemoryerror" in text or "cuda out of memory" in text or "cudaerrormemoryallocation" in text
 
 
 class LocalPool:
@@ -147,10 +158,28 @@ class LocalPool:
     # -- scheduling -------------------------------------------------------------------------------
     def map(self, jobs: Iterable[EvalJob]) -> Iterator[EvalResult]:
         """Evaluate ``jobs``; yield each result as soon as it is ready (not in submission order; jobs are sent
-        longest expected first, see JobQueue)."""
+        longest expected first, see JobQueue). Where several workers share a GPU, a candidate that ran out of
+        device memory is evaluated again once the rest are done, alone on the GPUs, so its verdict is its own
+        and not what its neighbours held (`ALONE_NOTE`)."""
         self.start()
         self._requeued = 0
-        queue = self._queue = self.queue_class(jobs, self.costs)
+        again = []
+        for job, result in self._run(self.queue_class(jobs, self.costs)):
+            if self._shares_device() and out_of_device_memory(result):
+                again.append(job)
+                continue
+            yield result
+        for job in again:  # one at a time: the other workers idle, their cached memory given back
+            for _job, result in self._run(self.queue_class([job], self.costs)):
+                yield attrs.evolve(result, timing_note="; ".join(x for x in (ALONE_NOTE, result.timing_note) if x))
+
+    def _shares_device(self) -> bool:
+        """Whether jobs run beside other jobs on one GPU (several workers per GPU)."""
+        return bool(self.locks)
+
+    def _run(self, queue: JobQueue) -> Iterator[tuple]:
+        """(job, result) for every job of ``queue``, as each finishes."""
+        self._queue = queue
         while queue or any(w.job for w in self.lifecycle.workers.values()):
             now = time.monotonic()
             for w in list(self.lifecycle.workers.values()):
@@ -178,7 +207,7 @@ class LocalPool:
                 result = self._collect(w, ready)
                 if result is not None:
                     queue.finished(job, time.monotonic() - sent)
-                    yield result
+                    yield job, result
 
     def _dispatch(self, w: _Worker, queue: JobQueue, now: float) -> None:
         job = queue.pop(now)
