@@ -770,7 +770,7 @@ def test_a_candidate_out_of_device_memory_beside_a_neighbour_is_evaluated_again_
     from kzcore.executors.local import ALONE_NOTE
 
     def jobs(until: float) -> list[EvalJob]:
-        sources = [fault("slow_neighbour", UNTIL=until), fault("oom_beside_a_neighbour", UNTIL=until)]
+        sources = [fault("memory_neighbour", UNTIL=until), fault("memory_neighbour", UNTIL=until, RUN_OUT=True)]
         return [
             EvalJob(relu, Candidate(problem=relu.name, language="triton", level=1, sample=i, source=s), CONFIG)
             for i, s in enumerate(sources)

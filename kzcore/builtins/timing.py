@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import statistics
 import time
@@ -108,10 +109,11 @@ class LaunchCover:
     rate: float = 1.0  # GPU wait got per us asked (the cycle calibration's error, from the last sample)
     hopeless: bool = False  # a call no wait covered (window > 0): the first wait from then on, no raises
     _call_raises: int = 0
-    _recent: list = attrs.field(factory=list)
+    _recent: collections.deque = attrs.field(factory=collections.deque)
 
     def __attrs_post_init__(self) -> None:
         self.first_us = self.peak_us = self.requested_us
+        self._recent = collections.deque(maxlen=max(self.window, 1))
 
     def cycles(self, cycles_per_us: float) -> int:
         return int(self.requested_us * cycles_per_us)
@@ -155,7 +157,7 @@ class LaunchCover:
         if not self.window or self.first_us <= 0 or self.hopeless:
             return
         self._note_rate(wait_us)
-        self._recent = [*self._recent[-(self.window - 1) :], host_us] if self.window > 1 else [host_us]
+        self._recent.append(host_us)
         if self.raises >= RETAKE_BUDGET:  # the budget is spent: the longest wait asked, as with window 0
             self.requested_us = self.peak_us
             return

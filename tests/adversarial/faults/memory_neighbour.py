@@ -1,5 +1,7 @@
-"""Not a fault: a correct ReLU whose construction takes until the time UNTIL (1_ReLU): the neighbour whose job
-holds the GPU while `oom_beside_a_neighbour` runs beside it."""
+"""Fault (shared GPU), in two roles by RUN_OUT (1_ReLU). RUN_OUT = True: construction runs out of device memory
+while a neighbour's job still holds it (until the time UNTIL), then works; it stands in for a candidate that fits
+the GPU alone but not beside other workers' jobs. RUN_OUT = False: the neighbour, whose construction takes until
+UNTIL. Both a correct ReLU otherwise."""
 
 import time
 
@@ -9,6 +11,7 @@ import triton.language as tl
 from torch import nn
 
 UNTIL = 0.0
+RUN_OUT = False
 
 
 @triton.jit
@@ -22,7 +25,10 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        time.sleep(max(0.0, UNTIL - time.time()))
+        if not RUN_OUT:
+            time.sleep(max(0.0, UNTIL - time.time()))
+        elif time.time() < UNTIL:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB (a neighbour holds it)")
 
     def forward(self, x):
         x = x.contiguous()
