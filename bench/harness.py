@@ -82,6 +82,8 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
                 for r in range(copies)
                 for c in mine
             ]
+            for lock in pool.locks.values():
+                lock.occupancy(reset=True)
             t = time.perf_counter()
             stream = pool.map(jobs)
             for result in stream:
@@ -90,6 +92,7 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
                 results.append(result)
             stream.close()
             wall = args.window if args.window and len(results) < len(jobs) else time.perf_counter() - t
+            occupancy = {str(gpu): lock.occupancy() for gpu, lock in pool.locks.items()}
         except BaseException:  # cut short: the results it had, marked
             out[f"level{level}"] = {**_level_figures(results, jobs, time.perf_counter() - t), "cut_short": True}
             raise
@@ -98,6 +101,8 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
         if args.window and len(results) == len(jobs):
             print(f"level{level}: every job finished inside the window: this is a batch figure", file=sys.stderr)
         out[f"level{level}"] = _level_figures(results, jobs, wall)
+        if occupancy:  # several workers per GPU: where the GPU's time went, by what held its lock
+            out[f"level{level}"]["gpu_occupancy_s"] = occupancy
         print(f"throughput level{level}: {out[f'level{level}']['evals_per_min']} evals/min", file=sys.stderr)
         if on_level is not None:
             on_level()

@@ -63,6 +63,54 @@ def test_waiting_writer_blocks_new_readers():
     assert order == ["w", "r"]
 
 
+def test_readers_waiting_when_a_timing_ends_go_in_before_the_next_timing():
+    """Phase-fair turns: a reader that waited out one timing is not made to wait out the next writer's too."""
+    lock = DeviceLock(CTX, 3)
+    order = []
+
+    def run(ctx, tag, hold=0.0):
+        with ctx:
+            order.append(tag)
+            time.sleep(hold)
+
+    with lock.exclusive(0):
+        r = threading.Thread(target=run, args=(lock.shared(1), "r", 0.1))
+        r.start()
+        time.sleep(0.05)
+        w = threading.Thread(target=run, args=(lock.exclusive(2), "w"))
+        w.start()
+        time.sleep(0.05)
+        assert order == [] and lock.is_waiting(1) and lock.is_waiting(2)
+    r.join(5)
+    w.join(5)
+    assert order == ["r", "w"]
+
+
+def test_occupancy_books_the_gpu_time_to_what_held_the_lock():
+    """A reader holds 0.2 s, a writer claims after 0.1 s (drains the rest), times 0.2 s, then nobody holds it."""
+    lock = DeviceLock(CTX, 2)
+    lock.occupancy(reset=True)
+
+    def writer():
+        time.sleep(0.1)
+        with lock.exclusive(1):
+            time.sleep(0.2)
+
+    w = threading.Thread(target=writer)
+    with lock.shared(0):
+        w.start()
+        time.sleep(0.2)
+    w.join(5)
+    time.sleep(0.1)
+    spent = lock.occupancy()
+    assert set(spent) == {"timed", "draining", "shared", "idle"}
+    assert spent["shared"] == pytest.approx(0.1, abs=0.05)
+    assert spent["draining"] == pytest.approx(0.1, abs=0.05)
+    assert spent["timed"] == pytest.approx(0.2, abs=0.05)
+    assert spent["idle"] == pytest.approx(0.1, abs=0.05)
+    assert lock.occupancy(reset=True)["timed"] > 0 and lock.occupancy()["timed"] == 0
+
+
 @pytest.mark.parametrize(
     "target,state", [(fakes_lock.hold_shared_forever, SHARED), (fakes_lock.hold_exclusive_forever, EXCLUSIVE)]
 )

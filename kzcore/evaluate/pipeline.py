@@ -75,10 +75,11 @@ class Evaluation:
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
+            # one shared hold from the trials to the timing's inputs: each hold of its own waited out the
+            # timings queued before it, and the GPU idled whenever no worker was ready to time
             with state.shared_gpu():
                 correctness(state, problem_mod, reference, candidate, launches)
-            second_shape(state, candidate_mod, launches, index=state.config.trials)
-            with state.shared_gpu():
+                second_shape(state, candidate_mod, launches, index=state.config.trials, locked_by_caller=True)
                 check_tampering(state, watch, "the correctness trials")
                 inputs = timing_inputs(state, problem_mod)
                 gpu_work(state, candidate_mod, candidate, inputs[1], launches)

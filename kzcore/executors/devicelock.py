@@ -1,11 +1,19 @@
 """A readers-writer lock shared by the worker processes of one GPU, so several workers can overlap
 compilation and correctness checks while timing always has the GPU to itself.
 
-Correctness stages hold it *shared*; timing holds it *exclusive* (a waiting writer blocks new readers, so
-timing is never starved). Waiting polls under a plain mutex rather than using a condition variable: a
+Correctness stages hold it *shared*; timing holds it *exclusive*. The turns are phase-fair: a waiting writer
+blocks readers that arrive after it, so timing is never starved, and when a writer lets go, every reader
+that was already waiting goes in before the next writer claims the GPU, so a worker that needs a shared
+stage before it can time moves on at every timing instead of waiting out each worker queued to time (the
+GPU then sat idle whenever the queue of timings ran dry). Waiting polls under a plain mutex rather than using a condition variable: a
 worker killed mid-wait (timeout, crash) then leaves nothing inconsistent behind. Each worker's holding and
 waiting state lives in shared memory so the pool can stop a job's deadline clock while its worker only
-waits for the lock, and release what a killed worker held."""
+waits for the lock, and release what a killed worker held.
+
+The lock also keeps the GPU's occupancy by state (``occupancy()``): seconds timed (a writer holding it alone),
+draining (a writer waiting for readers to finish), shared (readers only) and idle (nobody holding it). With
+timing exclusive, the time not timed bounds how much faster several workers can finish a batch than one
+(bench/throughput.py files it beside the wall time)."""
 
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import time
 
 NONE, SHARED, EXCLUSIVE = 0, 1, 2
 POLL_S = 0.001
+OCCUPANCY = ("timed", "draining", "shared", "idle")  # the GPU's states, by what holds its lock
 
 
 class DeviceLock:
@@ -23,6 +32,33 @@ class DeviceLock:
         self.writer = ctx.Value("i", 0, lock=False)  # set while a writer holds or waits for the lock
         self.holding = ctx.Array("i", n_workers, lock=False)  # EXCLUSIVE also means "owns the writer flag"
         self.waiting = ctx.Array("i", n_workers, lock=False)
+        self.turn = ctx.Value("i", 0, lock=False)  # writers' releases so far
+        self.reader_since = ctx.Array("i", n_workers, lock=False)  # `turn` when a waiting reader began, or -1
+        for i in range(n_workers):
+            self.reader_since[i] = -1
+        self.spent = ctx.Array("d", len(OCCUPANCY), lock=False)  # seconds in each OCCUPANCY state
+        self.since = ctx.Value("d", time.monotonic(), lock=False)  # when the state last changed
+
+    def _state(self) -> int:
+        if self.writer.value:
+            return 1 if self.readers.value else 0
+        return 2 if self.readers.value else 3
+
+    def _account(self) -> None:
+        """Book the time since the last change to the state the lock was in (under the mutex, before a change)."""
+        now = time.monotonic()
+        self.spent[self._state()] += now - self.since.value
+        self.since.value = now
+
+    def occupancy(self, reset: bool = False) -> dict[str, float]:
+        """Seconds the GPU spent in each state (``OCCUPANCY``) since the lock was made or last reset."""
+        with self.mutex:
+            self._account()
+            spent = {name: round(self.spent[i], 3) for i, name in enumerate(OCCUPANCY)}
+            if reset:
+                for i in range(len(OCCUPANCY)):
+                    self.spent[i] = 0.0
+        return spent
 
     def _until(self, me: int, try_take) -> None:
         self.waiting[me] = 1
@@ -33,20 +69,30 @@ class DeviceLock:
                     return
             time.sleep(POLL_S)
 
+    def _readers_owed(self) -> bool:
+        """Whether a reader that was waiting when the last writer let go has yet to go in."""
+        turn = self.turn.value
+        return any(0 <= since < turn for since in self.reader_since)
+
     @contextlib.contextmanager
     def shared(self, me: int):
         def take():
             if self.writer.value:
                 return False
+            self._account()
             self.readers.value += 1
             self.holding[me] = SHARED
+            self.reader_since[me] = -1
             return True
 
+        with self.mutex:
+            self.reader_since[me] = self.turn.value
         self._until(me, take)
         try:
             yield
         finally:
             with self.mutex:
+                self._account()
                 self.readers.value -= 1
                 self.holding[me] = NONE
 
@@ -55,6 +101,9 @@ class DeviceLock:
         def claim():
             if self.writer.value and self.holding[me] != EXCLUSIVE:
                 return False
+            if self._readers_owed():
+                return False
+            self._account()
             self.writer.value = 1
             self.holding[me] = EXCLUSIVE
             return True
@@ -65,7 +114,9 @@ class DeviceLock:
             yield
         finally:
             with self.mutex:
+                self._account()
                 self.writer.value = 0
+                self.turn.value += 1
                 self.holding[me] = NONE
 
     def is_waiting(self, me: int) -> bool:
@@ -77,12 +128,15 @@ class DeviceLock:
         if not self.mutex.acquire(timeout=timeout):
             return False
         try:
+            self._account()
             if self.holding[me] == SHARED:
                 self.readers.value -= 1
             elif self.holding[me] == EXCLUSIVE:
                 self.writer.value = 0
+                self.turn.value += 1
             self.holding[me] = NONE
             self.waiting[me] = 0
+            self.reader_since[me] = -1
         finally:
             self.mutex.release()
         return True

@@ -126,16 +126,13 @@ def _launch_guard(_fn, kwargs):
 
 
 def _load(compiled) -> None:
-    """Finish what a first launch would do besides running: build Triton's launcher for this signature, then
-    load the binary into the CUDA context under the shared GPU lock, so the load never runs while another
-    worker times (both outside the evaluation stages' own locks)."""
-    from kzcore import device_work
-
-    init = getattr(compiled, "_init_handles", None)  # Triton's CompiledKernel (3.x)
-    if callable(init):
+    """Do the part of a first launch that needs no GPU: build Triton's launcher for this signature (a
+    system-compiler run), off the GPU lock. Loading the binary into the CUDA context is left to the kernel's
+    first launch in the correctness trials, inside the shared hold of the GPU lock the trials take anyway: a
+    hold of its own per kernel here waited out the timing then running and, before that, every worker queued
+    to time, so each candidate reached its own timing later and the GPU sat idle when the queue ran dry."""
+    if callable(getattr(compiled, "_init_handles", None)):  # Triton's CompiledKernel (3.x)
         _build_launcher(compiled)
-        with device_work():  # loading the binary is device work: never while another worker times
-            init()
 
 
 def _build_launcher(compiled) -> None:
