@@ -116,8 +116,10 @@ def _level_figures(results, jobs, wall: float) -> dict:
     per-GPU lock serialises)."""
     stages: dict[str, float] = {}
     for r in results:
-        for name, seconds in (r.stages or {}).items():
-            stages[name] = stages.get(name, 0.0) + seconds
+        for name, seconds in (r.stages or {}).items():  # a stage's `_max` figure: the longest, not a sum
+            stages[name] = (
+                max(stages.get(name, 0.0), seconds) if name.endswith("_max") else stages.get(name, 0.0) + seconds
+            )
     return {
         "candidates": len(results),
         "submitted": len(jobs),

@@ -232,3 +232,41 @@ def test_device_work_waits_for_a_timing_and_never_holds_twice():
         held[0].__exit__(None, None, None)
     finally:
         devicelock.bind_worker(None, 0)
+
+
+class RecordingLock(DeviceLock):
+    """A DeviceLock that notes each hold it grants, in order."""
+
+    def __init__(self, ctx, n_workers):
+        super().__init__(ctx, n_workers)
+        self.holds: list[str] = []
+
+    def shared(self, me):
+        self.holds.append("shared")
+        return super().shared(me)
+
+    def exclusive(self, me):
+        self.holds.append("exclusive")
+        return super().exclusive(me)
+
+
+def test_an_evaluation_files_the_seconds_it_waited_for_and_held_the_gpu(plugins, tmp_path):
+    """Shared holds for the models, the trials, the second shape and the timing's inputs, then the timing alone;
+    what each kind of hold cost is in the result's stages (the throughput bench sums them)."""
+    from kzcore.evaluate.pipeline import evaluate_job
+    from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Status
+    from tests.test_inputs import PY_RELU, RELU_OF_RAND
+
+    lock = RecordingLock(CTX, 1)
+    problem = Problem(name="relu_of_rand", source=RELU_OF_RAND, level=1)
+    candidate = Candidate(problem=problem.name, language="python", level=1, source=PY_RELU)
+    config = EvalConfig(device="cpu", trials=3, timeout_s=60, size="small")
+    result, poisoned = evaluate_job(EvalJob(problem, candidate, config), plugins("kz_pylang"), tmp_path, "cpu", lock)
+    assert result.status is Status.CORRECT and not poisoned, result.message
+    assert result.second_shape
+    assert lock.holds[-1] == "exclusive" and set(lock.holds[:-1]) == {"shared"}
+    stages = result.stages
+    assert stages["lock.shared_held"] >= stages["check"] > 0
+    assert stages["lock.exclusive_held"] >= stages["timing"] > 0
+    assert 0 < stages["lock.shared_held_max"] <= stages["lock.shared_held"]
+    assert stages["lock.shared_wait"] >= 0 and stages["lock.exclusive_wait"] >= 0

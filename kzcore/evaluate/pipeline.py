@@ -41,7 +41,8 @@ from kzcore.types import EvalJob, EvalResult, Status, as_launch_counter
 
 def check_tampering(state: EvaluationState, watch, stage: str) -> None:
     """``hack_suspected`` if the candidate's code changed what the tamper watch covers (the worker is poisoned)."""
-    findings = watch.findings()
+    with state.clock("tamper"):
+        findings = watch.findings()
     if findings:
         state.poisoned = True
         raise Verdict(Status.HACK_SUSPECTED, f"after {stage}, the candidate's code " + "; ".join(findings))
@@ -75,12 +76,11 @@ class Evaluation:
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
-            # one shared hold from the trials to the timing's inputs: each hold of its own waited out the
-            # timings queued before it, and the GPU idled whenever no worker was ready to time
             with state.shared_gpu():
                 correctness(state, problem_mod, reference, candidate, launches)
-                second_shape(state, candidate_mod, launches, index=state.config.trials, locked_by_caller=True)
-                check_tampering(state, watch, "the correctness trials")
+            second_shape(state, candidate_mod, launches, index=state.config.trials)
+            check_tampering(state, watch, "the correctness trials")  # no GPU work: outside the hold
+            with state.shared_gpu():
                 inputs = timing_inputs(state, problem_mod)
                 gpu_work(state, candidate_mod, candidate, inputs[1], launches)
             with state.exclusive_gpu():

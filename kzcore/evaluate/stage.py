@@ -132,11 +132,30 @@ class EvaluationState:
 
     def shared_gpu(self):
         """Held while this worker uses the GPU for anything but timing (other workers may too)."""
-        return self.gpu_lock.shared(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
+        return self._held("shared") if self.gpu_lock else contextlib.nullcontext()
 
     def exclusive_gpu(self):
         """Held while timing: no other worker on this GPU runs anything."""
-        return self.gpu_lock.exclusive(self.lock_index) if self.gpu_lock else contextlib.nullcontext()
+        return self._held("exclusive") if self.gpu_lock else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _held(self, kind: str):
+        """The GPU lock's ``kind`` hold, its waiting and holding seconds added to the result's stages
+        (``lock.shared_wait``, ``lock.shared_held``, the longest hold ``lock.shared_held_max``, ...; outside
+        any stage's charge): with several workers
+        per GPU, how long each hold kept the others' timings waiting is what decides the pool's throughput."""
+        seconds = self.clock.seconds
+        t0 = time.perf_counter()
+        with getattr(self.gpu_lock, kind)(self.lock_index):
+            t1 = time.perf_counter()
+            try:
+                yield
+            finally:
+                t2 = time.perf_counter()
+                for name, spent in ((f"lock.{kind}_wait", t1 - t0), (f"lock.{kind}_held", t2 - t1)):
+                    seconds[name] = round(seconds.get(name, 0.0) + spent, 6)
+                longest = f"lock.{kind}_held_max"
+                seconds[longest] = round(max(seconds.get(longest, 0.0), t2 - t1), 6)
 
     def forward(self, language: str, model, inputs):
         return self.pm.hook.kz_run_forward(language=language, model=model, inputs=inputs)
