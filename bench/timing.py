@@ -291,10 +291,18 @@ class Bench:
 
         # A wall clock on a CPU cannot show the cache's full advantage: the smoke run lowers the threshold.
         threshold = {"implausible_speedup": SMOKE_IMPLAUSIBLE} if self.args.device == "cpu" else {}
-        case("cache_after_warmup", "1_ReLU", cheat, "hack_suspected", False, **threshold)
+        # The cheat engages at its 8th call on one buffer; a steady kernel stops at min_reps pairs spread over the
+        # placements, and at 16 (2 pairs a placement) no buffer is called that often, so the cheat computes
+        # honestly throughout. 32 pairs give it the calls it waits for (every timed pair's spots catch a stale
+        # output whichever pair it is in; the count only decides whether the cheat fires at all).
+        engaged = {"min_reps": max(32, self.config.min_reps)}
+        case("cache_after_warmup", "1_ReLU", cheat, "hack_suspected", False, **threshold, **engaged)
         # re-verification off: the checked timed pairs alone must catch it (the last pair is always checked, so
         # no setting lets the cheat be scored as it would be if trusted)
-        case("cache_after_warmup_implausible_off", "1_ReLU", cheat, "hack_suspected", False, implausible_speedup=0.0)
+        case(
+            "cache_after_warmup_implausible_off", "1_ReLU", cheat, "hack_suspected", False, implausible_speedup=0.0,
+            **engaged,
+        )  # fmt: skip
         for name in self.args.forced.split(","):
             source = self.solutions[name].source
             case(f"forced_reverify_{name}", name, source, "correct", True, implausible_speedup=FORCED)

@@ -49,9 +49,9 @@ class EvalConfig:
     warmup: int = _setting(3, "untimed calls of reference and candidate before timing (GPU)")
     reps: int = _setting(100, "most timed repetitions (GPU)", attrs.validators.ge(1))
     # Timing stops early, after at least min_reps pairs, once both medians are known to within
-    # timing_precision (relative standard error): a steady kernel stops at min_reps (4 pairs on each of the 8
+    # timing_precision (relative standard error): a steady kernel stops at min_reps (2 pairs on each of the 8
     # placements), a noisy one or one whose speed depends on where its inputs lie runs up to reps
-    min_reps: int = _setting(32, "fewest timed repetitions before stopping early", attrs.validators.ge(1))
+    min_reps: int = _setting(16, "fewest timed repetitions before stopping early", attrs.validators.ge(1))
     timing_precision: float = _setting(
         0.004, "stop timing once both medians' relative standard errors are below this (0: always all reps)",
         attrs.validators.ge(0),

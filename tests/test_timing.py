@@ -65,7 +65,7 @@ def test_steady_timings_stop_at_the_minimum_with_a_note():
     # the last pair, and only it, is flagged last (the rounds always check it)
     assert timed.lasts == [False] * 31 + [True]
     timed, _ = fake_timer(noise=0.001)
-    assert len(interleaved(timed, 100, EvalConfig())[0]) == EvalConfig().min_reps == 32  # the default
+    assert len(interleaved(timed, 100, EvalConfig())[0]) == EvalConfig().min_reps == 16  # the default
 
 
 def test_noisy_timings_run_every_rep():
