@@ -3,6 +3,8 @@ memory snapshot: the rules run on a CPU; the poisoning itself is tested on the G
 
 from __future__ import annotations
 
+import contextlib
+
 from kzcore.evaluate.memory import MIN_BLOCK, SMALL_REQUEST_MAX, _Spans, free_blocks
 
 MIB = 1 << 20
@@ -46,16 +48,22 @@ def test_a_worker_gives_back_cached_memory_over_its_keep_between_jobs(monkeypatc
     torch = pytest.importorskip("torch")
     from kzcore.evaluate import memory
 
-    released = []
+    released, held = [], []
     reserved = {"bytes": 0}
+
+    @contextlib.contextmanager
+    def hold():  # the GPU lock in a worker: entered only to release
+        held.append(reserved["bytes"])
+        yield
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved["bytes"])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(reserved["bytes"]))
-    reserved["bytes"] = memory.KEEP_CACHED  # small problems: the cache stays warm
-    assert memory.release_cache() is False and released == []
+    reserved["bytes"] = memory.KEEP_CACHED  # small problems: the cache stays warm, the lock is not waited for
+    assert memory.release_cache(hold=hold) is False and released == [] and held == []
     reserved["bytes"] = 20 << 30  # what idle workers held on the H200 after full-size problems
-    assert memory.release_cache() is True and released == [20 << 30]
+    assert memory.release_cache(hold=hold) is True and released == [20 << 30] and held == [20 << 30]
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # a worker that never touched the GPU
     assert memory.release_cache() is False and released == [20 << 30]
 

@@ -16,6 +16,7 @@ each and made this step 0.36 s per evaluation on an H200)."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 
 SMALL_REQUEST_MAX = 1 << 20  # the allocator's small-pool limit (kSmallSize)
 KEEP_CACHED = 4 << 30  # between jobs a worker keeps at most this much device memory cached (``release_cache``)
@@ -122,17 +123,20 @@ def reserve(nbytes: int) -> None:
     del block
 
 
-def release_cache(keep: int = KEEP_CACHED) -> bool:
+def release_cache(keep: int = KEEP_CACHED, hold=contextlib.nullcontext) -> bool:
     """Between jobs: give the caching allocator's free memory back to the device when it holds more than
     ``keep`` bytes; returns whether it did. Several workers and a trainer share one GPU, and the allocator keeps
     a process's peak: on an H200 four workers of one training run held 8-20 GB each while idle, and three runs
     ran the card out of memory. Within a job nothing changes (the poison fills whatever is cached when the
-    candidate runs, after the reference has run), and a worker that evaluates small problems keeps its cache."""
+    candidate runs, after the reference has run), and a worker that evaluates small problems keeps its cache.
+    ``hold()`` is entered around the release only, not around the check (a host-side count): where it is the
+    GPU lock, a worker with nothing to give back does not wait out another worker's timing before reporting."""
     import torch
 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
     if torch.cuda.memory_reserved() <= keep:
         return False
-    torch.cuda.empty_cache()
+    with hold():
+        torch.cuda.empty_cache()
     return True

@@ -161,8 +161,8 @@ def _release_cache() -> None:
     from kzcore.evaluate import memory
     from kzcore.executors.devicelock import device_work
 
-    with contextlib.suppress(Exception), device_work():
-        memory.release_cache()
+    with contextlib.suppress(Exception):
+        memory.release_cache(hold=device_work)
 
 
 def _setup_torch(device: str, tf32: bool) -> dict:
