@@ -13,3 +13,9 @@ def hold_exclusive_forever(lock, me, ready):
     with lock.exclusive(me):
         ready.set()
         time.sleep(3600)
+
+
+def wait_shared_forever(lock, me, ready):
+    ready.set()
+    with lock.shared(me):  # waits behind the test's timing; killed before it gets in
+        time.sleep(3600)

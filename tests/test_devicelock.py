@@ -135,6 +135,33 @@ def test_release_dead_frees_what_a_killed_worker_held(target, state):
     assert lock.readers.value == 0
 
 
+def test_a_reader_killed_while_its_turn_was_owed_does_not_keep_the_next_timing_out():
+    """Phase-fair turns owe a reader that waited out a timing the next go; a worker killed while so owed is
+    released with the rest of what it had, so the next writer does not wait for it for ever."""
+    lock = DeviceLock(CTX, 3)
+    ready = CTX.Event()
+    with lock.exclusive(1):
+        proc = CTX.Process(target=fakes_lock.wait_shared_forever, args=(lock, 0, ready), daemon=True)
+        proc.start()
+        assert ready.wait(60)
+        deadline = time.monotonic() + 10
+        while not lock.is_waiting(0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lock.is_waiting(0)
+        proc.kill()
+        proc.join(10)
+    assert lock._readers_owed()  # the dead reader is owed the turn the timing's end gave it
+    assert lock.release_dead(0)
+    got = threading.Event()
+
+    def take():
+        with lock.exclusive(2):
+            got.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    assert got.wait(5), "a dead reader's owed turn kept the GPU from the next timing"
+
+
 def test_worker_gpus_are_the_machines_gpus_that_kz_was_given(monkeypatch):
     from kzcore.executors.local import physical_gpu
 
