@@ -86,6 +86,52 @@ def test_readers_waiting_when_a_timing_ends_go_in_before_the_next_timing():
     assert order == ["r", "w"]
 
 
+def test_many_workers_taking_random_turns_never_overlap_a_timing_and_all_finish():
+    """Four workers, each a job's sequence (shared holds with work between them, then a timing), many jobs: a
+    timing never overlaps another hold, and every worker finishes (no turn is owed for ever)."""
+    import random
+
+    lock = DeviceLock(CTX, 4)
+    inside = {"shared": 0, "exclusive": 0}
+    guard = threading.Lock()
+    overlaps, done = [], []
+
+    def enter(kind):
+        with guard:
+            inside[kind] += 1
+            if inside["exclusive"] > 1 or (inside["exclusive"] and inside["shared"]):
+                overlaps.append(dict(inside))
+
+    def leave(kind):
+        with guard:
+            inside[kind] -= 1
+
+    def worker(me):
+        rng = random.Random(me)
+        for _ in range(25):
+            for _ in range(rng.randint(1, 4)):  # the job's shared stages, host work between them
+                time.sleep(rng.uniform(0, 0.002))
+                with lock.shared(me):
+                    enter("shared")
+                    time.sleep(rng.uniform(0, 0.002))
+                    leave("shared")
+            with lock.exclusive(me):
+                enter("exclusive")
+                time.sleep(rng.uniform(0, 0.003))
+                leave("exclusive")
+        done.append(me)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(done) == [0, 1, 2, 3], "a worker never finished"
+    assert overlaps == []
+    spent = lock.occupancy()
+    assert spent["timed"] > 0 and spent["shared"] + spent["draining"] > 0
+
+
 def test_occupancy_books_the_gpu_time_to_what_held_the_lock():
     """A reader holds 0.2 s, a writer claims after 0.1 s (drains the rest), times 0.2 s, then nobody holds it."""
     lock = DeviceLock(CTX, 2)
