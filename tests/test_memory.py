@@ -125,3 +125,23 @@ def test_the_worker_runs_each_job_inside_collected_after_with_start_up_frozen():
     assert "collected_after()" in [ast.unparse(item.context_expr) for item in job.items]
     source = ast.unparse(main)
     assert source.index("slate.snapshot()") < source.index("gc.freeze()") < source.index("while True")
+
+
+def test_the_time_a_worker_spent_giving_memory_back_is_filed_only_when_it_gave_some(monkeypatch):
+    """What the between-jobs release took, the GPU lock's wait included, goes into the result's stages
+    (``release_cache``), where the throughput bench's sums find it; nothing when there was nothing to give."""
+    from kzcore.evaluate import memory
+    from kzcore.executors import worker
+
+    holds = []
+
+    def release(hold):
+        with hold():
+            holds.append(1)
+        return True
+
+    monkeypatch.setattr(memory, "release_cache", release)
+    spent = worker._release_cache()
+    assert holds == [1] and spent is not None and spent >= 0
+    monkeypatch.setattr(memory, "release_cache", lambda hold: False)
+    assert worker._release_cache() is None

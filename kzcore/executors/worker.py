@@ -18,6 +18,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
+
 LOG_LIMIT = 4 * 1024 * 1024  # candidate stdout/stderr kept per worker before the log is truncated
 FILE_SIZE_LIMIT = 1 << 30  # no file a candidate writes may exceed 1 GiB (RLIMIT_FSIZE)
 SECRET_MARKERS = (
@@ -109,8 +111,6 @@ def _left_processes(result, strays: list[str]):
 
     if not isinstance(result, EvalResult):
         return result
-    import attrs
-
     message = (
         f"the candidate left {len(strays)} process(es) running after its evaluation: {', '.join(strays[:5])}; "
         "they were killed (candidate code may not start processes)"
@@ -154,15 +154,19 @@ def collected_after():
             gc.enable()
 
 
-def _release_cache() -> None:
+def _release_cache() -> float | None:
     """The device memory this worker cached beyond ``memory.KEEP_CACHED`` goes back between jobs (other workers
-    and the trainer share the GPU), never while another worker times (``devicelock.device_work``). A failure
-    here is the next job's to meet, not this one's."""
+    and the trainer share the GPU), never while another worker times (``devicelock.device_work``). The seconds
+    it took, waiting for the lock included, when it gave memory back; None when there was nothing to give back.
+    A failure here is the next job's to meet, not this one's."""
     from kzcore.evaluate import memory
     from kzcore.executors.devicelock import device_work
 
+    t0 = time.perf_counter()
     with contextlib.suppress(Exception):
-        memory.release_cache(hold=device_work)
+        if memory.release_cache(hold=device_work):
+            return time.perf_counter() - t0
+    return None
 
 
 def _setup_torch(device: str, tf32: bool) -> dict:
@@ -291,7 +295,10 @@ def worker_main(
             if strays:
                 result = _left_processes(result, strays)
             if device == "cuda" and not poisoned:
-                _release_cache()  # before reporting: when a result arrives, the worker's memory is already back
+                # before reporting: when a result arrives, the worker's memory is already back
+                spent = _release_cache()
+                if spent is not None and attrs.has(type(result)):  # it waited for and held the GPU lock
+                    result = attrs.evolve(result, stages={**(result.stages or {}), "release_cache": round(spent, 6)})
             conn.send(("result", result, poisoned))
             if poisoned:
                 return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
