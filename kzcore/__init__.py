@@ -66,7 +66,7 @@ _PUBLIC = {
     **dict.fromkeys(("Executor", "open_executor"), "kzcore.executors"),
     "LocalPool": "kzcore.executors.local",
     "scrub_environment": "kzcore.executors.worker",
-    "device_work": "kzcore.executors.devicelock",  # device work outside the stages' locks (a precompile's load)
+    "device_work": "kzcore.executors.devicelock",  # device work outside the stages' locks (start-up, memory given back)
     **dict.fromkeys(("get_plugin_manager", "plugin_specs"), "kzcore.plugins"),
     # the one-call API: one candidate against one problem source (KernelBench's eval_kernel_against_ref)
     "evaluate_source": "kzcore.evaluate.api",
