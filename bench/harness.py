@@ -93,6 +93,7 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
             stream.close()
             wall = args.window if args.window and len(results) < len(jobs) else time.perf_counter() - t
             occupancy = {str(gpu): lock.occupancy() for gpu, lock in pool.locks.items()}
+            drained_by = {str(gpu): lock.drained_by() for gpu, lock in pool.locks.items()}
         except BaseException:  # cut short: the results it had, marked
             out[f"level{level}"] = {**_level_figures(results, jobs, time.perf_counter() - t), "cut_short": True}
             raise
@@ -103,6 +104,7 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
         out[f"level{level}"] = _level_figures(results, jobs, wall)
         if occupancy:  # several workers per GPU: where the GPU's time went, by what held its lock
             out[f"level{level}"]["gpu_occupancy_s"] = occupancy
+            out[f"level{level}"]["gpu_draining_by_s"] = drained_by  # which holds the timings waited for
         print(f"throughput level{level}: {out[f'level{level}']['evals_per_min']} evals/min", file=sys.stderr)
         if on_level is not None:
             on_level()

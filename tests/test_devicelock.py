@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kzcore.executors.devicelock import EXCLUSIVE, SHARED, DeviceLock
+from kzcore.executors.devicelock import EXCLUSIVE, HOLDS, SHARED, DeviceLock
 from tests import fakes_lock
 
 CTX = mp.get_context("spawn")
@@ -157,6 +157,36 @@ def test_occupancy_books_the_gpu_time_to_what_held_the_lock():
     assert lock.occupancy(reset=True)["timed"] > 0 and lock.occupancy()["timed"] == 0
 
 
+def test_draining_is_split_among_the_shared_holds_a_timing_waited_for():
+    """A writer waits 0.2 s for two readers: 0.1 s for both (half each), then 0.1 s for the longer one alone;
+    ``drained_by`` books it by what each hold was for, sums to the draining, and resets with the occupancy."""
+    lock = DeviceLock(CTX, 3)
+    lock.occupancy(reset=True)
+    claimed = threading.Event()
+
+    def writer():
+        with lock.exclusive(2):
+            claimed.set()
+
+    with lock.shared(0, "trials"):
+        with lock.shared(1, "release_cache"):
+            w = threading.Thread(target=writer)
+            w.start()
+            time.sleep(0.1)
+        time.sleep(0.1)
+    w.join(5)
+    assert claimed.is_set()
+    drained, draining = lock.drained_by(), lock.occupancy()["draining"]
+    assert set(drained) == {"trials", "release_cache"}
+    assert drained["release_cache"] == pytest.approx(0.05, abs=0.03)  # half of the stretch both were open
+    assert drained["trials"] - drained["release_cache"] == pytest.approx(0.1, abs=0.05)  # and its own stretch
+    assert sum(drained.values()) == pytest.approx(draining, abs=0.005)
+    with lock.shared(0, "not one of HOLDS"):
+        assert lock.hold_what[0] == HOLDS.index("other")
+    lock.occupancy(reset=True)
+    assert lock.drained_by() == {}
+
+
 @pytest.mark.parametrize(
     "target,state", [(fakes_lock.hold_shared_forever, SHARED), (fakes_lock.hold_exclusive_forever, EXCLUSIVE)]
 )
@@ -265,8 +295,9 @@ def test_device_work_waits_for_a_timing_and_never_holds_twice():
         with devicelock.device_work():
             assert lock.readers.value == 0  # unbound: nothing taken
         devicelock.bind_worker(lock, 0)
-        with devicelock.device_work():
+        with devicelock.device_work("release_cache"):
             assert lock.holding[0] == SHARED and lock.readers.value == 1
+            assert HOLDS[lock.hold_what[0]] == "release_cache"
         assert lock.holding[0] == 0 and lock.readers.value == 0
 
         entered = []
@@ -314,9 +345,9 @@ class RecordingLock(DeviceLock):
         super().__init__(ctx, n_workers)
         self.holds: list[str] = []
 
-    def shared(self, me):
-        self.holds.append("shared")
-        return super().shared(me)
+    def shared(self, me, what="other"):
+        self.holds.append(f"shared {what}")
+        return super().shared(me, what)
 
     def exclusive(self, me):
         self.holds.append("exclusive")
@@ -337,7 +368,14 @@ def test_an_evaluation_files_the_seconds_it_waited_for_and_held_the_gpu(plugins,
     result, poisoned = evaluate_job(EvalJob(problem, candidate, config), plugins("kz_pylang"), tmp_path, "cpu", lock)
     assert result.status is Status.CORRECT and not poisoned, result.message
     assert result.second_shape
-    assert lock.holds[-1] == "exclusive" and set(lock.holds[:-1]) == {"shared"}
+    # the second shape's holds: its reference alone (a derived shape), both models built, its trial
+    assert lock.holds == [
+        "shared construct",
+        "shared trials",
+        *["shared second_shape"] * 3,
+        "shared inputs",
+        "exclusive",
+    ]
     stages = result.stages
     assert stages["lock.shared_held"] >= stages["check"] > 0
     assert stages["lock.exclusive_held"] >= stages["timing"] > 0

@@ -71,16 +71,16 @@ class Evaluation:
             )
             with state.clock("load_problem"):
                 problem_mod = load_problem(state)
-            with state.shared_gpu():
+            with state.shared_gpu("construct"):
                 reference, candidate = construct(state, problem_mod, candidate_mod)
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
-            with state.shared_gpu():
+            with state.shared_gpu("trials"):
                 correctness(state, problem_mod, reference, candidate, launches)
             second_shape(state, candidate_mod, launches, index=state.config.trials)
             check_tampering(state, watch, "the correctness trials")  # no GPU work: outside the hold
-            with state.shared_gpu():
+            with state.shared_gpu("inputs"):
                 inputs = timing_inputs(state, problem_mod)
                 gpu_work(state, candidate_mod, candidate, inputs[1], launches)
             with state.exclusive_gpu():

@@ -5,6 +5,7 @@ kernel that bakes in the tested shape fails. Neighbours: `stage` (the state it t
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from kzcore.evaluate import loading, sizes, trials
 from kzcore.evaluate.stage import EvaluationState, Verdict, is_fatal_device_error
@@ -15,7 +16,7 @@ def second_shape(state: EvaluationState, candidate_mod, launches, index: int, lo
     kernel that bakes in the tested shape fails. Skipped when the problem has no such profile or it is
     the size being evaluated (``state.size``). Takes the shared GPU lock itself (compiling for the new shape
     outside it) unless the caller already holds it."""
-    hold = contextlib.nullcontext if locked_by_caller else state.shared_gpu
+    hold = contextlib.nullcontext if locked_by_caller else functools.partial(state.shared_gpu, "second_shape")
     profile = state.config.second_shape
     if not profile or profile == state.size:
         return

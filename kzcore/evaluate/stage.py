@@ -130,23 +130,24 @@ class EvaluationState:
 
             torch.cuda.synchronize()
 
-    def shared_gpu(self):
-        """Held while this worker uses the GPU for anything but timing (other workers may too)."""
-        return self._held("shared") if self.gpu_lock else contextlib.nullcontext()
+    def shared_gpu(self, what: str):
+        """Held while this worker uses the GPU for anything but timing (other workers may too); ``what``: the
+        stage it is for (one of ``devicelock.HOLDS``), which books the timings it keeps waiting."""
+        return self._held("shared", what) if self.gpu_lock else contextlib.nullcontext()
 
     def exclusive_gpu(self):
         """Held while timing: no other worker on this GPU runs anything."""
         return self._held("exclusive") if self.gpu_lock else contextlib.nullcontext()
 
     @contextlib.contextmanager
-    def _held(self, kind: str):
+    def _held(self, kind: str, *args):
         """The GPU lock's ``kind`` hold, its waiting and holding seconds added to the result's stages
         (``lock.shared_wait``, ``lock.shared_held``, the longest hold ``lock.shared_held_max``, ...; outside
         any stage's charge): with several workers
         per GPU, how long each hold kept the others' timings waiting is what decides the pool's throughput."""
         seconds = self.clock.seconds
         t0 = time.perf_counter()
-        with getattr(self.gpu_lock, kind)(self.lock_index):
+        with getattr(self.gpu_lock, kind)(self.lock_index, *args):
             t1 = time.perf_counter()
             try:
                 yield

@@ -234,7 +234,7 @@ def reverify(state: EvaluationState, problem_mod, candidate_mod, reference, cand
     first = state.config.trials + 1  # index trials is the second shape's
     with state.clock.charge_to("reverify"):
         try:
-            with state.shared_gpu():
+            with state.shared_gpu("reverify"):
                 buffers = cand_inputs
                 for k in range(REVERIFY_TRIALS):
                     label = f"re-verification trial {k}"

@@ -13,7 +13,9 @@ waits for the lock, and release what a killed worker held.
 The lock also keeps the GPU's occupancy by state (``occupancy()``): seconds timed (a writer holding it alone),
 draining (a writer waiting for readers to finish), shared (readers only) and idle (nobody holding it). With
 timing exclusive, the time not timed bounds how much faster several workers can finish a batch than one
-(bench/throughput.py files it beside the wall time)."""
+(bench/throughput.py files it beside the wall time). Each shared hold says what it is for (``HOLDS``), and the
+draining seconds are split among the holds open while a writer waited (``drained_by()``): which work kept
+the timings waiting, holds that no evaluation stage clocks (a worker's start-up, memory given back) included."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import time
 NONE, SHARED, EXCLUSIVE = 0, 1, 2
 POLL_S = 0.001
 OCCUPANCY = ("timed", "draining", "shared", "idle")  # the GPU's states, by what holds its lock
+# what a shared hold is for: the evaluation's stages, then work outside them (`device_work`); anything else "other"
+HOLDS = ("construct", "trials", "second_shape", "inputs", "reverify", "start_up", "release_cache", "other")
 
 
 class DeviceLock:
@@ -37,6 +41,8 @@ class DeviceLock:
         for i in range(n_workers):
             self.reader_since[i] = -1
         self.spent = ctx.Array("d", len(OCCUPANCY), lock=False)  # seconds in each OCCUPANCY state
+        self.hold_what = ctx.Array("i", n_workers, lock=False)  # a shared holder's HOLDS index
+        self.drained = ctx.Array("d", len(HOLDS), lock=False)  # draining seconds split among the open holds
         self.since = ctx.Value("d", time.monotonic(), lock=False)  # when the state last changed
 
     def _state(self) -> int:
@@ -47,8 +53,13 @@ class DeviceLock:
     def _account(self) -> None:
         """Book the time since the last change to the state the lock was in (under the mutex, before a change)."""
         now = time.monotonic()
-        self.spent[self._state()] += now - self.since.value
+        state, elapsed = self._state(), now - self.since.value
+        self.spent[state] += elapsed
         self.since.value = now
+        if state == 1:  # draining: each open shared hold bears an equal part
+            holders = [i for i in range(len(self.holding)) if self.holding[i] == SHARED]
+            for i in holders:
+                self.drained[self.hold_what[i]] += elapsed / len(holders)
 
     def occupancy(self, reset: bool = False) -> dict[str, float]:
         """Seconds the GPU spent in each state (``OCCUPANCY``) since the lock was made or last reset."""
@@ -58,7 +69,16 @@ class DeviceLock:
             if reset:
                 for i in range(len(OCCUPANCY)):
                     self.spent[i] = 0.0
+                for i in range(len(HOLDS)):
+                    self.drained[i] = 0.0
         return spent
+
+    def drained_by(self) -> dict[str, float]:
+        """The draining seconds of ``occupancy()`` by what the open shared holds were for (``HOLDS``), each
+        stretch split equally among the holds open during it; since the same reset, only those above zero."""
+        with self.mutex:
+            self._account()
+            return {name: round(self.drained[i], 3) for i, name in enumerate(HOLDS) if self.drained[i] > 0}
 
     def _until(self, me: int, try_take) -> None:
         self.waiting[me] = 1
@@ -75,13 +95,17 @@ class DeviceLock:
         return any(0 <= since < turn for since in self.reader_since)
 
     @contextlib.contextmanager
-    def shared(self, me: int):
+    def shared(self, me: int, what: str = "other"):
+        """Held alongside other readers; ``what`` (one of ``HOLDS``) books the draining it causes."""
+        code = HOLDS.index(what) if what in HOLDS else HOLDS.index("other")
+
         def take():
             if self.writer.value:
                 return False
             self._account()
             self.readers.value += 1
             self.holding[me] = SHARED
+            self.hold_what[me] = code
             self.reader_since[me] = -1
             return True
 
@@ -152,15 +176,15 @@ def bind_worker(lock: DeviceLock | None, index: int) -> None:
 
 
 @contextlib.contextmanager
-def device_work():
+def device_work(what: str = "other"):
     """The shared lock of this worker's GPU around device work done outside the evaluation stages' own locks
     (a worker's start-up, returning cached memory, loading a compiled kernel into the CUDA context), so none
     of it runs while another worker on the GPU times: on an H200 another process's cudaMalloc/cudaFree slowed
     timed memory-bound kernels by 4-13 % (``bench/interference_probe.py``). A no-op outside a worker, and where
     this worker already holds the lock (a stage's, shared or exclusive): never a second hold that a waiting
-    writer could deadlock."""
+    writer could deadlock. ``what``: the hold's ``HOLDS`` name, for the lock's ``drained_by``."""
     if _bound is None or _bound[0].holding[_bound[1]] != NONE:
         yield
         return
-    with _bound[0].shared(_bound[1]):
+    with _bound[0].shared(_bound[1], what):
         yield

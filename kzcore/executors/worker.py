@@ -9,6 +9,7 @@ languages need before their plugins load here (environment, writable caches) com
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -164,7 +165,7 @@ def _release_cache() -> float | None:
 
     t0 = time.perf_counter()
     with contextlib.suppress(Exception):
-        if memory.release_cache(hold=device_work):
+        if memory.release_cache(hold=functools.partial(device_work, "release_cache")):
             return time.perf_counter() - t0
     return None
 
@@ -246,7 +247,7 @@ def worker_main(
         from kzcore.executors.devicelock import bind_worker, device_work
 
         bind_worker(gpu_lock, lock_index)
-        with device_work():  # the CUDA context and the warm-up kernels: never while another worker times
+        with device_work("start_up"):  # the CUDA context and the warm-up kernels: never while another worker times
             info = _setup_torch(device, tf32)
             phase("torch")  # import, and CUDA initialisation on a GPU
             # both job kinds' code is loaded now, before the slate's snapshot (run_job reaches it)
