@@ -50,7 +50,10 @@ class TimedRounds:
     copies the candidate's outputs (refusing what it does not own). ``share``: the probability that a pair is
     checked; the last pair always is. ``spots``: a `kzcore.evaluate.spots.SpotCheck` for every pair (None: none).
     ``refill_share``: the share of each large input whose contents are redrawn per pair, as one random span (1:
-    all of it; less only with ``spots``, which catch a cache that hits on the unchanged rest)."""
+    all of it; less only with ``spots``, which catch a cache that hits on the unchanged rest). ``after_candidate``:
+    called after every candidate call of every pair, outside the timed region, before the pair's other call (the
+    evaluator's problem watch: a hook a candidate's call leaves for the reference's next call is there then); it
+    raises `TimedCheckFailed` to stop the timing."""
 
     def __init__(
         self,
@@ -63,6 +66,7 @@ class TimedRounds:
         rng: random.Random | None = None,
         spots=None,
         refill_share: float = 1.0,
+        after_candidate: Callable[[], None] | None = None,
     ):
         if len(ref_placed) != len(cand_placed) or not len(ref_placed):
             raise ValueError(f"{len(ref_placed)} reference and {len(cand_placed)} candidate placements")
@@ -71,6 +75,7 @@ class TimedRounds:
         if not 0 < refill_share <= 1 or (refill_share < 1 and spots is None):
             raise ValueError(f"refill_share {refill_share}: in (0, 1], and below 1 only with spot checks")
         self.refill_share = refill_share
+        self.after_candidate = after_candidate
         self.rng = rng or random.SystemRandom()
         self.placements = len(ref_placed)
         self.index = 0
@@ -113,6 +118,8 @@ class TimedRounds:
         outputs = as_list(outputs)
         if self._checking and side == "candidate":
             outputs = self.snapshot(outputs)
+        if side == "candidate" and self.after_candidate is not None:
+            self.after_candidate()
         if self.spots is not None:
             self.spots.take(side, outputs)
         self._outputs[side] = outputs

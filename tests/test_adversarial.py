@@ -184,6 +184,47 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
     assert triton_pool.replaced == replaced_before + 1  # a tampered process evaluates nothing more
 
 
+@pytest.mark.parametrize(
+    "kind, problem, found",
+    [
+        # the problem's own Model.forward replaced (found through an aliased `sys`): the reference slowed
+        ("slow_reference", "1_ReLU", "changed the problem or its reference model: `Model.forward`"),
+        # torch.nn.LayerNorm.forward replaced at import through an alias: every layer class is watched
+        ("slow_layer_class", "13_LayerNorm", "replaced `torch.nn.LayerNorm.forward`"),
+        # a process-wide nn.Module forward pre-hook: runs inside the reference's every call
+        ("global_hook_reference", "1_ReLU", "registered process-wide nn.Module hook(s) in `_global_forward_pre_hooks`"),
+        # a one-shot process-wide hook that leaves a pre-hook on the reference instance, then removes itself
+        (
+            "instance_hook_reference",
+            "1_ReLU",
+            "changed the problem or its reference model: `reference._forward_pre_hooks.",
+        ),
+        # a one-shot hook left by every candidate call, gone after the reference's next call: seen right after the call
+        (
+            "oneshot_hook_reference",
+            "1_ReLU",
+            "right after a timed call of the candidate: the candidate's code registered process-wide nn.Module hook(s)",
+        ),
+        # get_inputs replaced by one that zeroes every input: a zeros kernel then matches relu(0)
+        ("trivial_inputs", "1_ReLU", "changed the problem or its reference model: `problem.get_inputs`"),
+        # a one-shot hook zeroes the reference's LayerNorm weight (and its own): both output the bias alone
+        ("zeroed_weights", "13_LayerNorm", "changed the values of the reference's `reference.ln.weight`"),
+    ],
+)
+def test_triton_changing_the_reference_or_its_inputs_is_hack_suspected(
+    triton_pool, problems, kind, problem, found, worker_replacement
+):
+    """The other side of the comparison is the candidate's to leave alone (kzcore.evaluate.refwatch): each of
+    these is judged `correct` when the problem watch is off; the tampered worker is replaced."""
+    source = source_of(kind)
+    assert check_source(source) == []
+    replaced_before = triton_pool.replaced
+    result = run_one(triton_pool, problems[problem], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert found in result.message, result.message
+    assert triton_pool.replaced == replaced_before + 1
+
+
 def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_pool, problems, worker_replacement):
     """(c) torch.relu on a thread (the op guard's mode is per thread): integrity's count of thread starts
     from candidate code outside kernel launches."""

@@ -44,6 +44,11 @@ CASES = {
     "nan": (module("return torch.log(x)"), "NaN or Inf"),
     "crash": (module("raise RuntimeError('boom')"), "does not run: RuntimeError: boom"),
     "not_tensor": (module("return 3"), "outputs must be tensors"),
+    # a reference that rebinds its own attribute while it runs: every candidate on it would be hack_suspected
+    "self_changing": (
+        module("self.calls = self.calls + 1\nreturn torch.tanh(x)", extra_init="self.calls = 0"),
+        "the reference changes itself while it runs (`reference.calls`)",
+    ),
     "import_error": (
         "import torch\nimport no_such_module_kz\n" + module("return x"),
         "does not run: ModuleNotFoundError",

@@ -119,6 +119,33 @@ def test_a_stale_output_in_a_timed_pair_is_caught_at_the_last_pair_at_least():
         drive(rounds, lambda: torch.relu(rounds.ref_inputs[0]), candidate, 5)
 
 
+def test_every_candidate_call_is_followed_by_the_after_candidate_check_which_can_stop_the_timing():
+    """The evaluator's problem watch runs after every timed call of the candidate, before the pair's other call:
+    once per pair, whichever side goes first; what it raises ends the timing."""
+    rounds = rounds_for(share=0.0)
+    events = []
+    rounds.after_candidate = lambda: events.append("watch")
+
+    def reference():
+        events.append("reference")
+        return torch.relu(rounds.ref_inputs[0])
+
+    def candidate():
+        events.append("candidate")
+        return torch.relu(rounds.cand_inputs[0])
+
+    drive(rounds, reference, candidate, 4)
+    assert events == ["reference", "candidate", "watch", "candidate", "watch", "reference"] * 2
+
+    def tampered():
+        raise TimedCheckFailed("right after a timed call of the candidate: a hook")
+
+    rounds = rounds_for(share=0.0)
+    rounds.after_candidate = tampered
+    with pytest.raises(TimedCheckFailed, match="a hook"):
+        drive(rounds, reference, candidate, 4)
+
+
 def test_checked_pairs_are_drawn_at_random_and_the_last_always():
     counts = []
     for seed in range(5):

@@ -1,10 +1,12 @@
 """Tamper detection in the worker: candidate code runs in the evaluator's own process, so after a candidate
 is imported, after its correctness trials and after timing the pipeline asks: was any function the verdict or
 the timer relies on replaced (timers, ``torch.cuda.synchronize``, CUDA events, ``torch``'s namespace and
-``Tensor`` methods, the result pipe, kzcore's own modules, the registered languages' packages and their
+``Tensor`` methods, ``torch.nn``'s layer classes, the result pipe, kzcore's own modules, the registered languages' packages and their
 ``Language`` objects)? Was a torch function or dispatch mode left on (it would rewrite the reference and the
 comparison), or a precision switch such as TF32 flipped? Did candidate code start a Python thread outside its
-kernel launches (the op guard's dispatch mode is per thread, so work there is unseen)?
+kernel launches (the op guard's dispatch mode is per thread, so work there is unseen)? Was the other side of
+the comparison changed: the problem module, the reference model built from it, its classes, its parameters'
+values, or torch's process-wide ``nn.Module`` hooks (``refwatch``)?
 
 Neighbours: ``pipeline.Evaluation.run`` holds a ``Watch``; ``guard`` records the forward's operators."""
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from kzcore.evaluate import refwatch
 
 # Namespaces whose functions and classes the evaluation depends on (time, compare, sync, result pipe).
 WATCHED_MODULES = (
@@ -101,6 +105,11 @@ def _extend_baseline(languages=()) -> None:
         if path not in _seen_modules and (owner := _resolve(path)) is not None:
             _seen_modules.add(path)
             _record(path, owner, _is_code)
+    if "torch.nn.*" not in _seen_modules:  # every layer class: a reference built from a replaced forward runs it
+        _seen_modules.add("torch.nn.*")
+        for name, value in list(vars(torch.nn).items()):
+            if isinstance(value, type) and issubclass(value, torch.nn.Module) and value is not torch.nn.Module:
+                _record(f"torch.nn.{name}", value, _is_code)
     for name, module in list(sys.modules.items()):
         if name in _seen_modules or module is None or name.split(".")[0] not in _own_packages:
             continue
@@ -233,9 +242,44 @@ class Watch:
         _renew_names()
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()
+        self.hooks = refwatch.global_hooks()
+        self.problems: list[refwatch.ProblemWatch] = []  # each problem module and reference built, as built
+
+    def add_problem(self, problem_mod, reference) -> None:
+        """Watch a problem module and the reference just built from it (before the candidate's constructor
+        runs): ``findings`` then covers them, ``values_changed`` their parameters' values."""
+        import os
+
+        self.problems.append(refwatch.ProblemWatch(problem_mod, reference, seed=int.from_bytes(os.urandom(7), "big")))
+
+    def values_changed(self) -> list[str]:
+        """What the reference's parameters changed to since built (one reduction each, on their device)."""
+        changed = [name for problem in self.problems for name in problem.values_changed()]
+        return [f"changed the values of the reference's {_listing(changed)}"] if changed else []
+
+    def timed_findings(self) -> list[str]:
+        """What every timed call of the candidate is followed by: `problem_findings` and the parameters'
+        sampled positions (`refwatch.ProblemWatch.samples_changed`: one gather and one wait)."""
+        changed = [name for problem in self.problems for name in problem.samples_changed()]
+        sampled = [f"changed the values of the reference's {_listing(changed)}"] if changed else []
+        return self.problem_findings() + sampled
+
+    def problem_findings(self) -> list[str]:
+        """The problem watch's host-side part alone (torch's process-wide module hooks, each problem module and
+        reference by identity): cheap enough for every checked timed pair."""
+        out = []
+        hooks = refwatch.hooks_changed(self.hooks, refwatch.global_hooks())
+        if hooks:
+            out.append(
+                f"registered process-wide nn.Module hook(s) in {_listing(hooks)} (they run inside the reference's calls)"
+            )
+        changed = [name for problem in self.problems for name in problem.findings()]
+        if changed:
+            out.append(f"changed the problem or its reference model: {_listing(changed)}")
+        return out
 
     def findings(self) -> list[str]:
-        out = []
+        out = self.problem_findings()
         for verb, names in (("replaced", replaced()), ("added", added())):
             if names:
                 out.append(f"{verb} {_listing(names)} (monkey-patching the evaluator, timers or torch)")

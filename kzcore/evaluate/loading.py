@@ -87,6 +87,8 @@ def construct(state: EvaluationState, problem_mod, candidate_mod):
             init = list(problem_mod.get_init_inputs())
             state.seed(state.config.seed)
             reference = problem_mod.Model(*init)
+            if state.watch is not None:  # as built, before any candidate code can reach it
+                state.watch.add_problem(problem_mod, reference)
             state.seed(state.config.seed)
             try:
                 candidate = candidate_mod.ModelNew(*clone_inputs(init))

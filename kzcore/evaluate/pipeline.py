@@ -39,10 +39,11 @@ from kzcore.evaluate.workcheck import gpu_work
 from kzcore.types import EvalJob, EvalResult, Status, as_launch_counter
 
 
-def check_tampering(state: EvaluationState, watch, stage: str) -> None:
-    """``hack_suspected`` if the candidate's code changed what the tamper watch covers (the worker is poisoned)."""
+def check_tampering(state: EvaluationState, watch, stage: str, values: bool = False) -> None:
+    """``hack_suspected`` if the candidate's code changed what the tamper watch covers (the worker is poisoned);
+    ``values``: also the reference's parameters' values (device work: the caller holds the GPU lock)."""
     with state.clock("tamper"):
-        findings = watch.findings()
+        findings = watch.findings() + (watch.values_changed() if values else [])
     if findings:
         state.poisoned = True
         raise Verdict(Status.HACK_SUSPECTED, f"after {stage}, the candidate's code " + "; ".join(findings))
@@ -60,7 +61,7 @@ class Evaluation:
         state = self.state
         status, message = Status.CORRECT, ""
         launches = None
-        watch = integrity.Watch(state.languages())  # taken before any candidate code runs
+        watch = state.watch = integrity.Watch(state.languages())  # taken before any candidate code runs
         try:
             source = extract_source(state)
             static_check(state, source)
@@ -78,15 +79,19 @@ class Evaluation:
             del warm_inputs
             with state.shared_gpu("trials"):
                 correctness(state, problem_mod, reference, candidate, launches)
+                check_tampering(state, watch, "the correctness trials", values=True)
             second_shape(state, candidate_mod, launches, index=state.config.trials)
-            check_tampering(state, watch, "the correctness trials")  # no GPU work: outside the hold
+            check_tampering(state, watch, "the second shape's trial")  # no GPU work: outside the hold
             with state.shared_gpu("inputs"):
                 inputs = timing_inputs(state, problem_mod)
                 gpu_work(state, candidate_mod, candidate, inputs[1], launches)
             with state.exclusive_gpu():
                 timing_pass(state, problem_mod, reference, candidate, inputs)
+                check_tampering(state, watch, "timing", values=True)
             reverify(state, problem_mod, candidate_mod, reference, candidate, launches, inputs)
-            check_tampering(state, watch, "timing")
+            if state.fields.get("reverified"):
+                with state.shared_gpu("reverify"):
+                    check_tampering(state, watch, "re-verification", values=True)
         except Verdict as verdict:
             status, message = verdict.status, verdict.message
             state.fields.update(verdict.fields)

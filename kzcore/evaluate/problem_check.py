@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from kzcore.evaluate import sizes
+from kzcore.evaluate import refwatch, sizes
 from kzcore.evaluate.checking import check_outputs
 from kzcore.evaluate.degeneracy import degeneracy_reasons, one_ulp_away, rounding_noise_reasons
 from kzcore.evaluate.pipeline import as_list, candidate_error, clone_inputs, is_fatal_device_error
@@ -32,7 +32,7 @@ PROPOSER_BUDGET = 16 * 2**30  # what check_problems uses unless told (the Propos
 # raised to a few ulps of the output's dtype. Dropout or torch.rand in forward change whole elements.
 DETERMINISM_ELEMENT = 1e-3
 DETERMINISM_NORM = 1e-5
-CHECK_VERSION = 3  # bump when a change to the checks should invalidate cached reports
+CHECK_VERSION = 4  # bump when a change to the checks should invalidate cached reports
 
 _counter = itertools.count()
 
@@ -41,11 +41,15 @@ class _Failed(Exception):
     pass
 
 
-def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: int, nudged: bool = False):
+def _run(
+    module, device: str, seed_init: int, seed_inputs: int, seed_forward: int, nudged: bool = False, watch: bool = False
+):
     """(outputs, bytes of its tensors) of a fresh model (weights from ``seed_init``) on inputs from ``seed_inputs``; the RNG is
     re-seeded with ``seed_forward`` just before forward, so randomness inside forward shows up as a
     difference between two runs that differ only in that seed. ``nudged``: every floating input moved one ulp
-    (`degeneracy.one_ulp_away`)."""
+    (`degeneracy.one_ulp_away`). ``watch``: the evaluator's problem watch (`refwatch.ProblemWatch`) around
+    the run, which must find nothing: a reference that changes its own module, attributes, hooks or weights
+    while it runs would make every candidate on it `hack_suspected`."""
     import torch
 
     with torch.device(device):
@@ -53,6 +57,7 @@ def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: in
         init = list(module.get_init_inputs())
         torch.manual_seed(seed_init)
         model = module.Model(*init)
+        watcher = refwatch.ProblemWatch(module, model, seed=seed_forward) if watch else None
         torch.manual_seed(seed_inputs)
         inputs = list(module.get_inputs())
     if nudged:
@@ -62,6 +67,12 @@ def _run(module, device: str, seed_init: int, seed_inputs: int, seed_forward: in
         outputs = as_list(model(*clone_inputs(inputs)))
     if device == "cuda":
         torch.cuda.synchronize()
+    changed = watcher.findings() + watcher.values_changed() if watcher is not None else []
+    if changed:
+        raise _Failed(
+            "the reference changes itself while it runs (" + ", ".join(f"`{c}`" for c in changed[:4]) + "): the "
+            "evaluator's problem watch would judge every candidate on it hack_suspected"
+        )
     bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
     if bad:
         raise _Failed(f"forward returned {', '.join(bad)}; outputs must be tensors")
@@ -145,7 +156,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
             budget = job.max_bytes or int(FREE_FRACTION * free_bytes(device))
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            first, tensor_bytes = _run(module, device, config.seed, config.seed + 1, 1)
+            first, tensor_bytes = _run(module, device, config.seed, config.seed + 1, 1, watch=True)
         except _Failed:
             raise
         except Exception as exc:

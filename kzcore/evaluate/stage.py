@@ -101,6 +101,7 @@ class EvaluationState:
         # the result's fields: ``size`` (`loading`), errors (`trials`), the timing fields (`timing`, whose
         # ``speedup`` `timing.reverify` reads), ``second_shape``, ``reverified``
         self.fields: dict = {}
+        self.watch = None  # the evaluation's integrity.Watch: `loading.construct` hands it each reference built
         self.poisoned = False  # a stage saw a fatal device error or tampering: the worker must be replaced
 
     def languages(self) -> list:

@@ -86,12 +86,25 @@ def timed_draw(state: EvaluationState, problem_mod):
 
 
 def timed_check(state: EvaluationState, expected: list, actual: list, where: str) -> None:
+    """A checked timed pair: the candidate's outputs against the reference's, and the problem watch's host-side
+    findings (a hook or a replaced forward that slows only the timed calls and is gone by the check after
+    timing is there while the pairs run; the worker is then replaced)."""
     check = trials.compare(state, expected, actual)
     if not check.ok:
         raise TimedCheckFailed(
             f"{where}: the candidate's output differs from the reference's on the same inputs, though its "
             f"correctness trials passed (work skipped or reused while timed?): {check.message}"
         )
+    watch_problem(state, where)
+
+
+def watch_problem(state: EvaluationState, where: str) -> None:
+    """The problem watch's per-call findings (`integrity.Watch.timed_findings`), as a failed timed check that
+    replaces the worker."""
+    found = state.watch.timed_findings() if state.watch is not None else []
+    if found:
+        state.poisoned = True
+        raise TimedCheckFailed(f"{where}: the candidate's code " + "; ".join(found))
 
 
 def timed_snapshot(outputs: list) -> list:
@@ -181,6 +194,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
     rounds = TimedRounds(
         timed_draw(state, problem_mod), ref_placed, cand_placed, functools.partial(timed_check, state),
         timed_snapshot, state.config.timed_check_share, spots=spots, refill_share=refill,
+        after_candidate=functools.partial(watch_problem, state, "right after a timed call of the candidate"),
     )  # fmt: skip
     with state.clock("timing"):
         try:
