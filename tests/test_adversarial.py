@@ -207,6 +207,14 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
         ),
         # get_inputs replaced by one that zeroes every input: a zeros kernel then matches relu(0)
         ("trivial_inputs", "1_ReLU", "changed the problem or its reference model: `problem.get_inputs`"),
+        # cuDNN switched off process-wide at import (a call): every cuDNN reference slowed
+        ("cudnn_off", "1_ReLU", "changed process setting(s) torch.backends.cudnn.enabled (True to False)"),
+        # the flash attention kernel switched off in the constructor: an attention reference slowed
+        (
+            "attention_off",
+            "1_ReLU",
+            "after the correctness trials, the candidate's code changed process setting(s) flash",
+        ),
         # a one-shot hook zeroes the reference's LayerNorm weight (and its own): both output the bias alone
         ("zeroed_weights", "13_LayerNorm", "changed the values of the reference's `reference.ln.weight`"),
     ],

@@ -77,6 +77,8 @@ def test_problem_verdicts(reports, name):
 
 def test_runs_deterministic_finite_flags_are_staged(reports):
     assert not reports["crash"].ok_runs
+    # it runs, so kz eval flags it and leaves its candidates' results out of the scores
+    assert reports["self_changing"].ok_runs and not reports["self_changing"].deterministic
     assert reports["dropout"].ok_runs and not reports["dropout"].deterministic
     assert reports["nan"].deterministic and not reports["nan"].finite
     assert reports["zeros"].finite and reports["zeros"].degenerate

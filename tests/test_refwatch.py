@@ -194,3 +194,21 @@ def test_no_reference_of_the_suites_trips_the_watch_by_running(tmp_path, spec, k
             tripped[p.name] = found
     assert tripped == {}
     assert checked >= len(problems) // 2, f"only {checked} of {len(problems)} checked"
+
+
+def test_process_settings_that_change_the_reference_speed_are_compared():
+    """cuDNN, fused attention, deterministic algorithms and the CPU thread count: read without initialising CUDA,
+    and a flip is named with its old and new value."""
+    from kzcore.evaluate import integrity
+
+    watch = integrity.Watch()
+    assert watch.findings() == []
+    before = torch.backends.cuda.flash_sdp_enabled()
+    torch.backends.cuda.enable_flash_sdp(not before)
+    try:
+        (found,) = watch.findings()
+        assert found.startswith(f"changed process setting(s) flash attention ({before} to {not before})")
+    finally:
+        torch.backends.cuda.enable_flash_sdp(before)
+    assert watch.findings() == []
+    assert not torch.cuda.is_initialized()

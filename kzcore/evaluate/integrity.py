@@ -6,7 +6,8 @@ the timer relies on replaced (timers, ``torch.cuda.synchronize``, CUDA events, `
 comparison), or a precision switch such as TF32 flipped? Did candidate code start a Python thread outside its
 kernel launches (the op guard's dispatch mode is per thread, so work there is unseen)? Was the other side of
 the comparison changed: the problem module, the reference model built from it, its classes, its parameters'
-values, or torch's process-wide ``nn.Module`` hooks (``refwatch``)?
+values, or torch's process-wide ``nn.Module`` hooks (``refwatch``), or a switch that changes how fast it runs
+(cuDNN, fused attention, deterministic algorithms, CPU threads: ``speed_settings``)?
 
 Neighbours: ``pipeline.Evaluation.run`` holds a ``Watch``; ``guard`` records the forward's operators."""
 
@@ -177,6 +178,38 @@ def precision_settings() -> dict[str, object]:
     }
 
 
+def speed_settings() -> dict[str, object]:
+    """Process-wide switches that change how fast the *reference* runs, not what it computes: cuDNN or a fused
+    attention kernel switched off, deterministic algorithms forced, fewer CPU threads, another BLAS or linear
+    algebra library. A candidate that flips one slows the reference and inflates its own speedup. A setting
+    this torch cannot report reads as "n/a"."""
+    import torch
+
+    backends = torch.backends
+    readers = {
+        "torch.backends.cudnn.enabled": lambda: backends.cudnn.enabled,
+        "torch.backends.cudnn.benchmark": lambda: backends.cudnn.benchmark,
+        "torch.backends.cudnn.deterministic": lambda: backends.cudnn.deterministic,
+        "torch.backends.mkldnn.enabled": lambda: backends.mkldnn.enabled,
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled,
+        "deterministic algorithms, warn only": torch.is_deterministic_algorithms_warn_only_enabled,
+        "torch.get_num_threads()": torch.get_num_threads,
+        "flash attention": backends.cuda.flash_sdp_enabled,
+        "memory-efficient attention": backends.cuda.mem_efficient_sdp_enabled,
+        "math attention": backends.cuda.math_sdp_enabled,
+        "cuDNN attention": backends.cuda.cudnn_sdp_enabled,
+        "preferred BLAS library": lambda: str(backends.cuda.preferred_blas_library()),
+        "preferred linear algebra library": lambda: str(backends.cuda.preferred_linalg_library()),
+    }
+    out = {}
+    for name, read in readers.items():
+        try:
+            out[name] = read()
+        except Exception:
+            out[name] = "n/a"
+    return out
+
+
 def _torch_wrapper_of(current, value) -> bool:
     """Whether ``current`` is torch's own wrapper around ``value`` (importing torch._dynamo wraps a few
     public torch functions, e.g. ``torch.manual_seed``): code in torch's directory, ``__wrapped__`` = value.
@@ -242,6 +275,7 @@ class Watch:
         _renew_names()
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()
+        self.speed = speed_settings()
         self.hooks = refwatch.global_hooks()
         self.problems: list[refwatch.ProblemWatch] = []  # each problem module and reference built, as built
 
@@ -287,6 +321,10 @@ class Watch:
         changed = [name for name, value in self.precision.items() if now[name] != value]
         if changed:
             out.append(f"changed precision setting(s) {', '.join(changed)}")
+        now = speed_settings()
+        changed = [f"{name} ({value} to {now[name]})" for name, value in self.speed.items() if now[name] != value]
+        if changed:
+            out.append(f"changed process setting(s) {', '.join(changed)} (they change how fast the reference runs)")
         modes = _active_modes()
         if modes:
             out.append(f"left torch mode(s) {', '.join(modes)} switched on (it would rewrite the reference's ops)")

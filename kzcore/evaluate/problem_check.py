@@ -44,11 +44,11 @@ class _Failed(Exception):
 def _run(
     module, device: str, seed_init: int, seed_inputs: int, seed_forward: int, nudged: bool = False, watch: bool = False
 ):
-    """(outputs, bytes of its tensors) of a fresh model (weights from ``seed_init``) on inputs from ``seed_inputs``; the RNG is
-    re-seeded with ``seed_forward`` just before forward, so randomness inside forward shows up as a
-    difference between two runs that differ only in that seed. ``nudged``: every floating input moved one ulp
+    """(outputs, bytes of its tensors, what the watch found) of a fresh model (weights from ``seed_init``) on
+    inputs from ``seed_inputs``; the RNG is re-seeded with ``seed_forward`` just before forward, so randomness
+    inside forward shows up as a difference between two runs that differ only in that seed. ``nudged``: every floating input moved one ulp
     (`degeneracy.one_ulp_away`). ``watch``: the evaluator's problem watch (`refwatch.ProblemWatch`) around
-    the run, which must find nothing: a reference that changes its own module, attributes, hooks or weights
+    the run, whose findings must be empty: a reference that changes its own module, attributes, hooks or weights
     while it runs would make every candidate on it `hack_suspected`."""
     import torch
 
@@ -68,16 +68,11 @@ def _run(
     if device == "cuda":
         torch.cuda.synchronize()
     changed = watcher.findings() + watcher.values_changed() if watcher is not None else []
-    if changed:
-        raise _Failed(
-            "the reference changes itself while it runs (" + ", ".join(f"`{c}`" for c in changed[:4]) + "): the "
-            "evaluator's problem watch would judge every candidate on it hack_suspected"
-        )
     bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
     if bad:
         raise _Failed(f"forward returned {', '.join(bad)}; outputs must be tensors")
     tensors = [*model.parameters(), *model.buffers(), *(x for x in inputs if isinstance(x, torch.Tensor)), *outputs]
-    return outputs, sum(t.numel() * t.element_size() for t in tensors)
+    return outputs, sum(t.numel() * t.element_size() for t in tensors), changed
 
 
 def free_bytes(device: str) -> int:
@@ -156,7 +151,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
             budget = job.max_bytes or int(FREE_FRACTION * free_bytes(device))
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            first, tensor_bytes = _run(module, device, config.seed, config.seed + 1, 1, watch=True)
+            first, tensor_bytes, changed = _run(module, device, config.seed, config.seed + 1, 1, watch=True)
         except _Failed:
             raise
         except Exception as exc:
@@ -167,7 +162,12 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
         if peak > budget:
             raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {budget / 2**30:.2f} GiB memory budget")
         fields["ok_runs"] = True
-        again, _ = _run(module, device, config.seed, config.seed + 1, 2)
+        if changed:  # it runs, so `kz eval` flags it (runner.problem_flags) and leaves its results out of the scores
+            raise _Failed(
+                "the reference changes itself while it runs (" + ", ".join(f"`{c}`" for c in changed[:4]) + "): "
+                "the evaluator's problem watch would judge every candidate on it hack_suspected"
+            )
+        again, _, _ = _run(module, device, config.seed, config.seed + 1, 2)
         differ = runs_differ(first, again)
         del again  # at full size each run's outputs are large: keep only those still needed
         if differ:
@@ -178,11 +178,11 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
         if not all(bool(torch.isfinite(o).all()) for o in first if o.is_floating_point() or o.is_complex()):
             raise _Failed("outputs contain NaN or Inf")
         fields["finite"] = True
-        other, _ = _run(module, device, config.seed, config.seed + 2, 1)
+        other, _, _ = _run(module, device, config.seed, config.seed + 2, 1)
         reasons, stats = degeneracy_reasons(first, other, lambda e, a: check_outputs(pm, e, a, config))
         del other
         try:  # a run that fails here (out of memory beside the outputs kept) leaves the problem unflagged
-            nearby, _ = _run(module, device, config.seed, config.seed + 1, 1, nudged=True)
+            nearby, _, _ = _run(module, device, config.seed, config.seed + 1, 1, nudged=True)
             noise, noise_stats = rounding_noise_reasons(first, nearby, config)
             reasons, stats = reasons + noise, stats | noise_stats
         except Exception as exc:
