@@ -53,7 +53,10 @@ class TimedRounds:
     all of it; less only with ``spots``, which catch a cache that hits on the unchanged rest). ``after_candidate``:
     called after every candidate call of every pair, outside the timed region, before the pair's other call (the
     evaluator's problem watch: a hook a candidate's call leaves for the reference's next call is there then); it
-    raises `TimedCheckFailed` to stop the timing."""
+    raises `TimedCheckFailed` to stop the timing. ``allocator``: on a checked pair, marked (``mark()``) before the
+    candidate's call and asked after it what that call gave back to the device (``released()``, in words): the
+    reference's allocations in its next timed call would then pay cudaMalloc (`kzcore.evaluate.memory.ReleaseWatch`;
+    None on a CPU)."""
 
     def __init__(
         self,
@@ -67,6 +70,7 @@ class TimedRounds:
         spots=None,
         refill_share: float = 1.0,
         after_candidate: Callable[[], None] | None = None,
+        allocator=None,
     ):
         if len(ref_placed) != len(cand_placed) or not len(ref_placed):
             raise ValueError(f"{len(ref_placed)} reference and {len(cand_placed)} candidate placements")
@@ -76,6 +80,7 @@ class TimedRounds:
             raise ValueError(f"refill_share {refill_share}: in (0, 1], and below 1 only with spot checks")
         self.refill_share = refill_share
         self.after_candidate = after_candidate
+        self.allocator = allocator
         self.rng = rng or random.SystemRandom()
         self.placements = len(ref_placed)
         self.index = 0
@@ -106,6 +111,8 @@ class TimedRounds:
         self._outputs = {}
         if self.spots is not None:
             self.spots.begin()
+        if self._checking and self.allocator is not None:
+            self.allocator.mark()
 
     def took(self, side: str, outputs, ms: float | None = None) -> None:
         """After one call of the pair, the device synchronized: keep what it returned until `end`; a checked
@@ -116,6 +123,11 @@ class TimedRounds:
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}, not {side!r}")
         outputs = as_list(outputs)
+        if self._checking and self.allocator is not None:
+            if side == "reference":
+                self.allocator.mark()  # the reference went first: the candidate's call starts from here
+            else:
+                self._check_released()
         if self._checking and side == "candidate":
             outputs = self.snapshot(outputs)
         if side == "candidate" and self.after_candidate is not None:
@@ -125,6 +137,15 @@ class TimedRounds:
         self._outputs[side] = outputs
         if ms is not None:
             self.samples[side][self.index].append(ms)
+
+    def _check_released(self) -> None:
+        freed = self.allocator.released()
+        if freed:
+            raise TimedCheckFailed(
+                f"timed pair {self.pairs}: the candidate's call gave the caching allocator's memory back to the device "
+                f"({freed}; torch.cuda.empty_cache?), so the reference's next allocations would pay cudaMalloc "
+                "inside its timed call"
+            )
 
     def end(self) -> None:
         """After the pair: queue its spot check, compare a checked pair's outputs (raises `TimedCheckFailed`);

@@ -69,6 +69,18 @@ def test_a_skip_in_some_timed_calls_is_caught_by_the_spot_checks_on_the_gpu(plug
     assert "differs from the reference's on the same inputs" in result.message, result.message
 
 
+def test_a_candidate_that_empties_the_allocator_cache_while_timed_is_hack_suspected(plugins, tmp_path):
+    """torch.cuda.empty_cache after each call: the reference's next output allocation would be a cudaMalloc inside
+    its timed call. The allocator's statistics around the candidate's call of a checked pair (the last always)
+    show the release."""
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
+    candidate = _candidate("empty_cache_reference", "1_ReLU")
+    (result,) = evaluate(problems, [candidate], EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
+    assert result.status is Status.HACK_SUSPECTED, (result.status, result.speedup, result.message)
+    assert "gave the caching allocator's memory back to the device" in result.message, result.message
+
+
 def test_work_left_running_past_the_end_event_is_refused_by_the_timer():
     """The candidate returns with its matmuls still running on a side stream the calling stream never waits
     for; the reference joins the same work. The device-wide synchronize after each call waits for it, so the

@@ -146,6 +146,75 @@ def test_every_candidate_call_is_followed_by_the_after_candidate_check_which_can
         drive(rounds, reference, candidate, 4)
 
 
+class FakeAllocatorStats:
+    """The figures of torch.cuda.memory_stats that memory.ReleaseWatch reads, set by the test's calls."""
+
+    def __init__(self):
+        self.reserved, self.retries, self.frees = 64 << 20, 0, 0
+
+    def __call__(self):
+        return {
+            "reserved_bytes.all.current": self.reserved,
+            "num_alloc_retries": self.retries,
+            "num_device_free": self.frees,
+        }
+
+
+def test_a_candidate_call_that_gives_cached_memory_back_is_caught_on_a_checked_pair():
+    """On a GPU the allocator's statistics are read around the candidate's call of a checked pair, whichever side
+    goes first: memory given back there (torch.cuda.empty_cache) would make the reference's next allocations
+    cudaMalloc inside its timed call. The reference growing the cache, or an out-of-memory retry, is not it."""
+    from kzcore.evaluate.memory import ReleaseWatch
+
+    stats = FakeAllocatorStats()
+
+    def reference():
+        stats.reserved += 2 << 20  # the reference's outputs: the cache only grows
+        return torch.relu(rounds.ref_inputs[0])
+
+    def honest():
+        return torch.relu(rounds.cand_inputs[0])
+
+    rounds = rounds_for(share=1.0)
+    rounds.allocator = ReleaseWatch(stats)
+    drive(rounds, reference, honest, 4)
+
+    def retried():
+        stats.reserved -= 8 << 20  # freed by the allocator itself to retry a failed allocation
+        stats.retries += 1
+        return honest()
+
+    rounds = rounds_for(share=1.0)
+    rounds.allocator = ReleaseWatch(stats)
+    drive(rounds, reference, retried, 4)
+
+    def releasing():
+        stats.reserved -= 32 << 20
+        return honest()
+
+    def swapping():  # a segment freed and a larger one taken in the same call: the reserved bytes grow
+        stats.reserved += 16 << 20
+        stats.frees += 1
+        return honest()
+
+    stats.frees = 0
+    rounds = rounds_for(share=1.0)
+    rounds.allocator = ReleaseWatch(stats)
+    with pytest.raises(
+        TimedCheckFailed, match=r"timed pair 1: .*\(1 cudaFree call\(s\), reserved memory 50.0 to 66.0 MiB;"
+    ):
+        drive(rounds, reference, swapping, 2)
+
+    for pairs in (1, 2):  # the reference first (pair 1), the candidate first (pair 2)
+        stats.reserved = 64 << 20
+        rounds = rounds_for(share=0.0)
+        rounds.allocator = ReleaseWatch(stats)
+        with pytest.raises(
+            TimedCheckFailed, match=f"timed pair {pairs}: the candidate's call gave the caching allocator's memory back"
+        ):
+            drive(rounds, reference, releasing, pairs)
+
+
 def test_checked_pairs_are_drawn_at_random_and_the_last_always():
     counts = []
     for seed in range(5):

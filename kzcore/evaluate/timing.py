@@ -10,7 +10,7 @@ import statistics
 import attrs
 
 from kzcore.errors import TimedCheckFailed
-from kzcore.evaluate import precision, trials
+from kzcore.evaluate import memory, precision, trials
 from kzcore.evaluate.placement import placements_for
 from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.spots import SpotCheck
@@ -195,6 +195,7 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
         timed_draw(state, problem_mod), ref_placed, cand_placed, functools.partial(timed_check, state),
         timed_snapshot, state.config.timed_check_share, spots=spots, refill_share=refill,
         after_candidate=functools.partial(watch_problem, state, "right after a timed call of the candidate"),
+        allocator=memory.ReleaseWatch() if state.device == "cuda" else None,
     )  # fmt: skip
     with state.clock("timing"):
         try:
