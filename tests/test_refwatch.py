@@ -212,3 +212,24 @@ def test_process_settings_that_change_the_reference_speed_are_compared():
         torch.backends.cuda.enable_flash_sdp(before)
     assert watch.findings() == []
     assert not torch.cuda.is_initialized()
+
+
+def test_the_second_shapes_problem_is_checked_whole_and_let_go(problem, tmp_path):
+    """The second shape's reference is watched from its construction to the end of its trial, then checked (host
+    side and values) and dropped, so its parameters are not kept on the device through the timing."""
+    from kzcore.evaluate import integrity
+
+    module, reference, _ = problem
+    watch = integrity.Watch()
+    watch.add_problem(module, reference)
+    path = tmp_path / "kz_problem_watch_shape2.py"
+    path.write_text(SOURCE)
+    second = import_module_from_file(path, "kz_problem_watch_shape2")
+    second_reference = second.Model()
+    watch.add_problem(second, second_reference)
+    with torch.no_grad():
+        second_reference.linear.weight.zero_()
+    (found,) = watch.retire_last()
+    assert found == "changed the values of the reference's `reference.linear.weight`"
+    assert len(watch.problems) == 1 and watch.problems[0].parameters[0][1] is reference.linear.weight
+    assert watch.retire_last() == [] and watch.problems == []

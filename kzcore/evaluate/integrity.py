@@ -286,6 +286,15 @@ class Watch:
 
         self.problems.append(refwatch.ProblemWatch(problem_mod, reference, seed=int.from_bytes(os.urandom(7), "big")))
 
+    def retire_last(self) -> list[str]:
+        """Check the problem watched last, whole (host side and values), and stop watching it: the second shape's
+        reference, once its trial is done, is not kept alive (its parameters on the device) through the timing."""
+        problem = self.problems.pop()
+        changed = problem.findings()
+        values = problem.values_changed()
+        out = [f"changed the problem or its reference model: {_listing(changed)}"] if changed else []
+        return out + ([f"changed the values of the reference's {_listing(values)}"] if values else [])
+
     def values_changed(self) -> list[str]:
         """What the reference's parameters changed to since built (one reduction each, on their device)."""
         changed = [name for problem in self.problems for name in problem.values_changed()]

@@ -9,6 +9,7 @@ import functools
 
 from kzcore.evaluate import loading, sizes, trials
 from kzcore.evaluate.stage import EvaluationState, Verdict, is_fatal_device_error
+from kzcore.types import Status
 
 
 def second_shape(state: EvaluationState, candidate_mod, launches, index: int, locked_by_caller: bool = False) -> None:
@@ -47,6 +48,10 @@ def second_shape(state: EvaluationState, candidate_mod, launches, index: int, lo
             del warm_inputs
             with hold():
                 trials.trial(state, problem_mod, reference, candidate, launches, index=index, vary=False)
+                found = state.watch.retire_last() if state.watch is not None else []
+            if found:
+                state.poisoned = True
+                raise Verdict(Status.HACK_SUSPECTED, "the candidate's code " + "; ".join(found))
         except Verdict as verdict:
             where = f"KZ_SIZES[{profile!r}]" if used == profile else f"derived {profile!r} profile"
             message = f"second shape ({where}, {shape}): {verdict.message}"
