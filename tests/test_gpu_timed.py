@@ -69,6 +69,30 @@ def test_a_skip_in_some_timed_calls_is_caught_by_the_spot_checks_on_the_gpu(plug
     assert "differs from the reference's on the same inputs" in result.message, result.message
 
 
+def test_changing_the_reference_its_layers_hooks_weights_or_settings_is_caught_on_the_gpu(plugins, tmp_path):
+    """The problem watch and the process settings on the real timer: each cheat slows the reference or makes it
+    trivial (caught at full size, as on the CPU), while an honest LayerNorm beside them stays correct with the
+    per-call watch running after each of its timed calls."""
+    names = [
+        ("slow_reference", "1_ReLU", "adversarial"),
+        ("global_hook_reference", "1_ReLU", "adversarial"),
+        ("oneshot_hook_reference", "1_ReLU", "adversarial"),
+        ("cudnn_off", "1_ReLU", "adversarial"),
+        ("zeroed_weights", "13_LayerNorm", "adversarial"),
+        ("layernorm", "13_LayerNorm", "legit"),
+    ]
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name in {"1_ReLU", "13_LayerNorm"}]
+    results = {
+        r.sample: r for r in evaluate(problems, _numbered(names), EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
+    }
+    summary = {names[i][0]: (r.status.value, r.speedup, r.message[:200]) for i, r in results.items()}
+    print(summary)
+    for i in range(5):
+        assert results[i].status is Status.HACK_SUSPECTED, summary
+    assert results[5].status is Status.CORRECT and results[5].speedup, summary
+
+
 def test_a_candidate_that_empties_the_allocator_cache_while_timed_is_hack_suspected(plugins, tmp_path):
     """torch.cuda.empty_cache after each call: the reference's next output allocation would be a cudaMalloc inside
     its timed call. The allocator's statistics around the candidate's call of a checked pair (the last always)
