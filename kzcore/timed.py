@@ -10,7 +10,10 @@ runs, and compared with the reference's on the same inputs by the trials' own ch
 `TimedCheckFailed`. Every pair keeps both sides' outputs until its end, so nothing a candidate can observe
 during a call tells a checked pair from another. With ``spots`` (`kzcore.evaluate.spots.SpotCheck`) every
 pair is also compared at positions drawn for it, each side's values copied right after its call; the timer's
-the core reads those once the timer has returned (``finish()``).
+the core reads those once the timer has returned (``finish()``). After every candidate call the evaluator's
+problem watch runs (``after_candidate``: the reference, its module, hooks and sampled weights unchanged), and on
+a GPU a checked pair also reads the caching allocator's statistics around the candidate's call (``allocator``:
+memory given back to the device would make the reference's next allocations cudaMalloc inside its timing).
 
 The pairs go round the placements (the same values in other device memory, `kzcore.evaluate.placement`): one
 timer call covers them all, so the GPU is settled, the calls warmed up and the launch cover learnt once per
