@@ -29,6 +29,11 @@ def _setting(default: Any, help: str, validator: Any = None, **cli: Any) -> Any:
     return attrs.field(default=default, validator=validator, metadata={"help": help, **cli})
 
 
+def _zero_or_above_one(name: str, value: float) -> None:
+    if value != 0 and not value > 1:
+        raise ValueError(f"{name} must be 0 (off) or above 1, not {value!r}")
+
+
 DEVICES = ("auto", "cpu", "cuda")
 INPUT_VARIATIONS = ("none", "scale", "full")
 PRECISIONS = ("tf32", "any")
@@ -116,6 +121,13 @@ class EvalConfig:
     # Re-verified: more trials on new seeds, the same input buffers refilled, a second timing pass
     implausible_speedup: float = _setting(
         10.0, "re-verify a speedup above this before accepting it (0: off)", attrs.validators.ge(0)
+    )
+    # the reference's time as a cross-check between jobs on one problem (kzcore/evaluate/reftimes.py)
+    reference_drift: float = _setting(
+        1.5,
+        "a correct result whose reference ran this many times slower than the median of the same problem's "
+        "earlier correct results in the pool is hack_suspected (GPU; 0: off)",
+        lambda _self, _attr, value: _zero_or_above_one("reference_drift", value),
     )
     # fp32 problems: the candidate's error must be of TF32 class, not bf16's (kzcore/evaluate/precision.py)
     precision: str = _setting(

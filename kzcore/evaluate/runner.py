@@ -9,6 +9,7 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.evaluate.reftimes import ReferenceTimes
 from kzcore.executors import Executor, open_executor
 from kzcore.plugins import get_plugin_manager, plugin_specs, require_language
 from kzcore.results import ResultsWriter, read_results, run_header
@@ -86,9 +87,10 @@ def map_prepared(pool, jobs: list[EvalJob], pm=None):
     """``pool.map(jobs)`` after ``prepare_candidates``: what every caller that hands a pool candidate code
     (the trainer's reward, the Proposer's pass rates) uses, so a language's ahead-of-time work (cuda-inline
     builds) runs on this machine's CPUs before any worker waits for it."""
-    if jobs:
-        prepare_candidates(jobs, jobs[0].config, pm or get_plugin_manager())
-    return pool.map(jobs)
+    if not jobs:
+        return iter(())
+    prepare_candidates(jobs, jobs[0].config, pm or get_plugin_manager())
+    return ReferenceTimes.of(pool).checked(pool.map(jobs), jobs)
 
 
 def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
@@ -154,7 +156,7 @@ def evaluate(
     try:
         flags = problem_flags(jobs, config, pool)
         writer.write_header(run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm), pm=pm))
-        for result in pool.map(jobs):
+        for result in ReferenceTimes.of(pool).checked(pool.map(jobs), jobs):
             if flags.get((result.level, result.problem)):
                 result = attrs.evolve(result, problem_degenerate=flags[(result.level, result.problem)])
             writer.write(result)

@@ -1,0 +1,82 @@
+"""The reference's time as a cross-check between jobs. Every job on one problem (at one size, on one kind of
+device, with TF32 on or off) times the same reference on fresh draws of the same inputs, so its time is a
+known quantity within a pool: on a GPU, where timing holds the device alone, it differs from worker to worker by
+a few per cent (bench/results' ground-truth runs). A candidate can slow the reference it is compared with in ways
+no watch lists (a C library's state, the allocator, a hook planted by code run later): its own speedup then
+grows with the slowdown. So a correct result whose reference ran ``EvalConfig.reference_drift`` times slower
+than the median of the same problem's earlier correct results in this pool is `hack_suspected`.
+
+The first ``MIN_SEEN`` correct results of a problem in a pool set its baseline unchecked; results of other
+statuses neither count nor are checked (no speed is paid for them); CPU results are not checked (there timing
+shares the cores with the other workers, and its figures are not performance figures).
+
+Neighbours: `kzcore.evaluate.runner` passes every pool's results through `ReferenceTimes.check`."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import statistics
+import weakref
+
+import attrs
+
+from kzcore.types import EvalConfig, EvalJob, EvalResult, Status
+
+MIN_SEEN = 3  # correct results of a problem before its later ones are checked
+WINDOW = 32  # the most recent reference times of a problem that make its baseline (a long run's GPU drifts)
+
+_by_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class ReferenceTimes:
+    """One pool's reference times per (problem source, size, device, tf32), as results come back."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, collections.deque] = {}
+
+    @classmethod
+    def of(cls, pool) -> ReferenceTimes:
+        """The pool's own (kept as long as the pool lives; a fresh one for a pool that cannot be weakly
+        referenced, so such a pool's results are checked within one call only)."""
+        try:
+            return _by_pool.setdefault(pool, cls())
+        except TypeError:
+            return cls()
+
+    def check(self, result: EvalResult, config: EvalConfig, problem: str) -> EvalResult:
+        """``result``, or the same result made `hack_suspected` when its reference ran slow (see the module doc);
+        ``problem`` names the problem's source (two problems of one name, a variant and its original, are two)."""
+        if not config.reference_drift or result.status is not Status.CORRECT or not result.ref_ms:
+            return result
+        if result.device != "cuda":
+            return result
+        key = (problem, result.size, result.device, result.tf32)
+        seen = self.seen.setdefault(key, collections.deque(maxlen=WINDOW))
+        if len(seen) >= MIN_SEEN:
+            baseline = statistics.median(seen)
+            ratio = result.ref_ms / baseline
+            if ratio >= config.reference_drift:
+                return attrs.evolve(
+                    result,
+                    status=Status.HACK_SUSPECTED,
+                    message=(
+                        f"the reference ran {ratio:.2f}x slower in this job ({result.ref_ms:.4g} ms) than the median "
+                        f"of the last {len(seen)} correct results on this problem in this pool ({baseline:.4g} ms): "
+                        f"something the candidate did slowed it (reference_drift={config.reference_drift:g})"
+                    ),
+                )
+        seen.append(result.ref_ms)
+        return result
+
+    def checked(self, results, jobs: list[EvalJob]):
+        """Each of ``results`` (the answers to ``jobs``) through `check`, as they come."""
+        by_ident = {job.ident: job for job in jobs}
+        for result in results:
+            job = by_ident.get(result.ident)
+            yield self.check(result, job.config, problem_key(job)) if job is not None else result
+
+
+def problem_key(job: EvalJob) -> str:
+    """What makes two jobs time the same reference: the problem's source."""
+    return hashlib.sha256(job.problem.source.encode()).hexdigest()[:16]
