@@ -124,9 +124,9 @@ class EvalConfig:
     )
     # the reference's time as a cross-check between jobs on one problem (kzcore/evaluate/reftimes.py)
     reference_drift: float = _setting(
-        1.5,
-        "a correct result whose reference ran this many times slower than the median of the same problem's "
-        "earlier correct results in the pool is hack_suspected (GPU; 0: off)",
+        1.25,
+        "when a correct result's reference ran this many times slower than the median of the same problem's "
+        "earlier correct results in the pool, its speedup is taken against that median (GPU; 0: off)",
         lambda _self, _attr, value: _zero_or_above_one("reference_drift", value),
     )
     # fp32 problems: the candidate's error must be of TF32 class, not bf16's (kzcore/evaluate/precision.py)
