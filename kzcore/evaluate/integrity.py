@@ -265,6 +265,14 @@ def _listing(names: list[str], most: int = 6) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def _changed_problem(names: list[str]) -> list[str]:
+    return [f"changed the problem or its reference model: {_listing(names)}"] if names else []
+
+
+def _changed_values(names: list[str]) -> list[str]:
+    return [f"changed the values of the reference's {_listing(names)}"] if names else []
+
+
 class Watch:
     """One evaluation's view: created before the candidate is loaded, knowing the registered ``languages``
     (their packages and objects are watched too); ``findings()`` lists what the candidate has done to the
@@ -290,36 +298,28 @@ class Watch:
         """Check the problem watched last, whole (host side and values), and stop watching it: the second shape's
         reference, once its trial is done, is not kept alive (its parameters on the device) through the timing."""
         problem = self.problems.pop()
-        changed = problem.findings()
-        values = problem.values_changed()
-        out = [f"changed the problem or its reference model: {_listing(changed)}"] if changed else []
-        return out + ([f"changed the values of the reference's {_listing(values)}"] if values else [])
+        return _changed_problem(problem.findings()) + _changed_values(problem.values_changed())
 
     def values_changed(self) -> list[str]:
         """What the reference's parameters changed to since built (one reduction each, on their device)."""
-        changed = [name for problem in self.problems for name in problem.values_changed()]
-        return [f"changed the values of the reference's {_listing(changed)}"] if changed else []
+        return _changed_values([name for problem in self.problems for name in problem.values_changed()])
 
     def timed_findings(self) -> list[str]:
         """What every timed call of the candidate is followed by: `problem_findings` and the parameters'
         sampled positions (`refwatch.ProblemWatch.samples_changed`: one gather and one wait)."""
-        changed = [name for problem in self.problems for name in problem.samples_changed()]
-        sampled = [f"changed the values of the reference's {_listing(changed)}"] if changed else []
-        return self.problem_findings() + sampled
+        sampled = [name for problem in self.problems for name in problem.samples_changed()]
+        return self.problem_findings() + _changed_values(sampled)
 
     def problem_findings(self) -> list[str]:
         """The problem watch's host-side part alone (torch's process-wide module hooks, each problem module and
-        reference by identity): cheap enough for every checked timed pair."""
+        reference by identity): cheap enough for every timed call of the candidate."""
         out = []
         hooks = refwatch.hooks_changed(self.hooks, refwatch.global_hooks())
         if hooks:
             out.append(
                 f"registered process-wide nn.Module hook(s) in {_listing(hooks)} (they run inside the reference's calls)"
             )
-        changed = [name for problem in self.problems for name in problem.findings()]
-        if changed:
-            out.append(f"changed the problem or its reference model: {_listing(changed)}")
-        return out
+        return out + _changed_problem([name for problem in self.problems for name in problem.findings()])
 
     def findings(self) -> list[str]:
         out = self.problem_findings()

@@ -54,7 +54,7 @@ class ReferenceTimes:
         of one name, a variant and its original, are two)."""
         if not config.reference_drift or result.status is not Status.CORRECT or not result.ref_ms:
             return result
-        if result.device != "cuda":
+        if result.device != "cuda":  # CPU timing shares the cores with the other workers
             return result
         key = (problem, result.size, result.device, result.tf32)
         seen = self.seen.setdefault(key, collections.deque(maxlen=WINDOW))

@@ -15,8 +15,10 @@ baseline."""
 
 from __future__ import annotations
 
+import collections
 import sys
 
+DICTS = (dict, collections.OrderedDict)  # the dict attributes of a module whose items are watched (hooks, ...)
 HOOKS_MODULE = "torch.nn.modules.module"  # its `_global_*` dicts: hooks every nn.Module call runs
 FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__", "__closure__")
 CACHED_DUNDERS = frozenset({"__slotnames__"})  # what Python itself caches on a class (integrity.CACHED_DUNDERS)
@@ -32,19 +34,13 @@ def global_hooks() -> dict[str, tuple]:
     return {
         name: tuple(value.items())
         for name, value in module.__dict__.items()
-        if name.startswith("_global_") and value.__class__ in (dict, _ordered_dict())
+        if name.startswith("_global_") and value.__class__ in DICTS
     }
 
 
 def hooks_changed(before: dict[str, tuple], now: dict[str, tuple]) -> list[str]:
     """The registries (by name) whose hooks differ between two ``global_hooks()`` readings."""
     return [name for name in sorted(set(before) | set(now)) if not _same_items(before.get(name, ()), now.get(name, ()))]
-
-
-def _ordered_dict():
-    import collections
-
-    return collections.OrderedDict
 
 
 def _same_items(a: tuple, b: tuple) -> bool:
@@ -84,7 +80,7 @@ class ProblemWatch:
             self._namespace(path, module)
             classes.update((id(c), c) for c in type(module).__mro__ if c is not object)
             for name, value in list(module.__dict__.items()):
-                if value.__class__ in (dict, _ordered_dict()):
+                if value.__class__ in DICTS:
                     self.containers.append((f"{path}.{name}", value, _snapshot(value)))
         for cls in classes.values():  # torch.nn.Linear.forward and the like: what the reference's calls run
             if cls.__module__ != problem_mod.__name__:

@@ -86,21 +86,19 @@ def timed_draw(state: EvaluationState, problem_mod):
 
 
 def timed_check(state: EvaluationState, expected: list, actual: list, where: str) -> None:
-    """A checked timed pair: the candidate's outputs against the reference's, and the problem watch's host-side
-    findings (a hook or a replaced forward that slows only the timed calls and is gone by the check after
-    timing is there while the pairs run; the worker is then replaced)."""
     check = trials.compare(state, expected, actual)
     if not check.ok:
         raise TimedCheckFailed(
             f"{where}: the candidate's output differs from the reference's on the same inputs, though its "
             f"correctness trials passed (work skipped or reused while timed?): {check.message}"
         )
-    watch_problem(state, where)
 
 
 def watch_problem(state: EvaluationState, where: str) -> None:
     """The problem watch's per-call findings (`integrity.Watch.timed_findings`), as a failed timed check that
-    replaces the worker."""
+    replaces the worker. Run after every timed call of the candidate: only candidate code changes the reference,
+    so a hook or a replaced forward that slows only the timed calls, gone by the check after timing, is there
+    right after the call that put it in place."""
     found = state.watch.timed_findings() if state.watch is not None else []
     if found:
         state.poisoned = True
