@@ -143,10 +143,10 @@ def sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interrupt_when(args: list[str], ready, **env: str) -> subprocess.CompletedProcess:
-    """Start `kz ARGS`, wait until ``ready()``, send SIGINT as a terminal's Ctrl-C would, collect the exit. A
-    command still running DEADLINE_S after the signal (it waited for the SLOW_S work it was interrupted in)
-    fails the test."""
+def interrupt_when(args: list[str], ready, signum=signal.SIGINT, **env: str) -> subprocess.CompletedProcess:
+    """Start `kz ARGS`, wait until ``ready()``, send SIGINT as a terminal's Ctrl-C would (or ``signum``: SIGTERM
+    as a scheduler or ``timeout`` would), collect the exit. A command still running DEADLINE_S after the signal
+    (it waited for the SLOW_S work it was interrupted in) fails the test."""
     proc = subprocess.Popen(
         [str(KZ), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kz_env(**env),
         preexec_fn=sigint_default,
@@ -156,7 +156,7 @@ def interrupt_when(args: list[str], ready, **env: str) -> subprocess.CompletedPr
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "kz never got to the point to interrupt"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     try:
         out, err = proc.communicate(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
@@ -225,6 +225,43 @@ def test_ctrl_c_while_suite_check_runs_a_problem(tmp_path, own_workers):
     line = interrupted_line(proc)  # it did not wait for the sleeping problem (interrupt_when)
     assert line == "kz: interrupted: nothing was saved (kz suite check prints its table once every problem is checked)"
     assert "problem checks" not in proc.stdout
+
+
+def test_sigterm_while_suite_check_runs_keeps_the_reports_already_filed(tmp_path, own_workers):
+    """SIGTERM (``timeout`` at its limit, a scheduler's pre-emption) unwinds like Ctrl-C: one line, exit 143,
+    and the problems checked before it are in --out, each filed as its check ended."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    suite = slow_problem(tmp_path, marks / "started")
+    (suite / "level1" / "1_ReLU.py").write_text((SUITE / "level1" / "1_ReLU.py").read_text())
+    out = tmp_path / "checks.jsonl"
+    args = ["suite", "check", str(suite), "--device", "cpu", "--workers", "2", "--size", "small", "--out", str(out)]
+    proc = interrupt_when(
+        args, lambda: (marks / "started").exists() and len(read_jsonl(out)) >= 1, signal.SIGTERM,
+        KZ_SANDBOX_WRITABLE=str(marks),
+    )  # fmt: skip
+    assert proc.returncode == 143, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"kz: terminated: 1 of 2 problem reports so far are in {out}"
+    (report,) = read_jsonl(out)  # the slow problem was still building its Model
+    assert report["key"] == "level1/1_ReLU" and report["ok"] is True
+    assert "problem checks" not in proc.stdout
+
+
+def test_sigterm_ends_any_command_with_one_line(monkeypatch, capsys):
+    from kzcore import cli
+    from kzcore.cli import plugins as plugins_command
+
+    def terminated(args):
+        os.kill(os.getpid(), signal.SIGTERM)  # raised in this (the main) thread by kz's handler
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not end the command")
+
+    monkeypatch.setattr(plugins_command, "_cmd_plugins", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["plugins"]) == 143
+    assert capsys.readouterr().err == "kz: terminated: nothing was saved\n"
+    assert signal.getsignal(signal.SIGTERM) == before  # put back once the command ended
 
 
 def test_ctrl_c_while_propose_waits_for_the_policy(tmp_path):

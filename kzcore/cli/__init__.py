@@ -9,7 +9,9 @@ built-in ones by the default plugin `kzcore.builtins.commands`, each declared an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
 import warnings
 
@@ -18,6 +20,7 @@ from kzcore.errors import KzError
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "KNOWN_WARNINGS",
     "HelpFormatter",
@@ -30,7 +33,29 @@ __all__ = [
     "quiet_known_warnings",
 ]
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's pre-emption, ``timeout`` at its limit) raised in the main thread: a command
+    unwinds exactly as on Ctrl-C (worker pools closed, files flushed, the resume line printed), so a job
+    stopped from outside keeps what it had computed. A KeyboardInterrupt so every Ctrl-C path handles it."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    def handler(signum, frame):
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (main() called from a thread): leave SIGTERM as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser(pm=None) -> argparse.ArgumentParser:
@@ -93,13 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     _show_warnings()
     quiet_known_warnings()
     try:
-        return args.func(args)
+        with _sigterm_unwinds():
+            return args.func(args)
     except UsageError as exc:
         print(f"kz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KzError as exc:
         print(f"kz: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the one place every command's Ctrl-C ends: one line, exit 130
-        print(f"kz: interrupted: {getattr(args, 'saved', '') or 'nothing was saved'}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # the one place every command's Ctrl-C (or SIGTERM) ends: one line
+        how, code = (
+            ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted", EXIT_INTERRUPTED)
+        )
+        print(f"kz: {how}: {getattr(args, 'saved', '') or 'nothing was saved'}", file=sys.stderr)
+        return code

@@ -81,6 +81,14 @@ def _cmd_suite(args) -> int:
     return 0
 
 
+def _report_line(report) -> str:
+    import json
+
+    from kzcore.types import to_json
+
+    return json.dumps({**to_json(report), "key": report.key, "ok": report.ok}) + "\n"
+
+
 def _suite_check(problems, args, console) -> int:
     from rich.table import Table
 
@@ -89,15 +97,24 @@ def _suite_check(problems, args, console) -> int:
     config = _config_from(args)
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
     args.saved = "nothing was saved (kz suite check prints its table once every problem is checked)"
-    reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
-    if args.out:
-        import json
+    if args.out:  # each report filed as it comes, so a check stopped part-way keeps the problems it finished
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        filed = []
+        with out.open("w") as stream:
 
-        from kzcore.types import to_json
+            def file_report(report) -> None:
+                stream.write(_report_line(report))
+                stream.flush()
+                filed.append(report.key)
+                args.saved = f"{len(filed)} of {len(problems)} problem reports so far are in {out}"
 
-        rows = [json.dumps({**to_json(r), "key": r.key, "ok": r.ok}) + "\n" for r in reports]
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("".join(rows))
+            reports = check_problems(problems, config, workers=args.workers, max_bytes=budget, on_report=file_report)
+        tmp = out.with_name(out.name + ".tmp")  # whole: the reports again, in the suite's order
+        tmp.write_text("".join(_report_line(r) for r in reports))
+        tmp.replace(out)
+    else:
+        reports = check_problems(problems, config, workers=args.workers, max_bytes=budget)
     table = Table(title=f"problem checks: {args.spec}")
     for col in ("problem", "runs", "deterministic", "finite", "non-degenerate", "reason"):
         table.add_column(col)
@@ -149,7 +166,12 @@ def _configure(parser) -> None:
         "an error.",
     )  # fmt: skip
     check.add_argument("spec", help="suite name (builtin[:level]) or path")
-    check.add_argument("--out", default=None, metavar="FILE", help="also write one JSON line per problem's report")
+    check.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write one JSON line per problem's report, each as its check ends (in the suite's order once all have)",
+    )
     # a problem check is its own kind of job (the reference alone, run three times): its own timeout
     _add_eval_args(
         check, ("device", "size", "timeout_s"),

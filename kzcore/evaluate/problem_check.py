@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kzcore.evaluate import refwatch, sizes
@@ -211,19 +212,22 @@ def check_problems(
     pool=None,
     pm=None,
     max_bytes: int = PROPOSER_BUDGET,
+    on_report: Callable[[ProblemReport], object] | None = None,
 ) -> list[ProblemReport]:
     """Reports for ``problems`` in their order, each produced in an evaluator worker: through ``pool`` (an
     executor already started, left open) or a new executor of kind ``executor`` (closed afterwards).
-    ``max_bytes``: the memory budget (`DEVICE_BUDGET`: a fraction of the device's free memory)."""
+    ``max_bytes``: the memory budget (`DEVICE_BUDGET`: a fraction of the device's free memory).
+    ``on_report``: called with each problem's final report as soon as it is known (in the order they finish),
+    so a caller can file it before the rest are done."""
     from kzcore.executors import open_executor
 
     config = config or EvalConfig(trials=1)
     jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=max_bytes) for p in problems]
     if pool is not None:
-        by_key = _check_all(pool, jobs)
+        by_key = _check_all(pool, jobs, on_report)
     else:
         with contextlib.closing(open_executor(executor, workers=workers, config=config, pm=pm)) as own:
-            by_key = _check_all(own, jobs)
+            by_key = _check_all(own, jobs, on_report)
     return [by_key.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back") for p in problems]
 
 
@@ -231,16 +235,22 @@ def ran_out_of_memory(report: ProblemReport) -> bool:
     return "outofmemoryerror" in report.reason.lower() or "out of memory" in report.reason.lower()
 
 
-def _check_all(pool, jobs: list[ProblemCheckJob]) -> dict[str, ProblemReport]:
+def _check_all(pool, jobs: list[ProblemCheckJob], on_report=None) -> dict[str, ProblemReport]:
     """Every job through ``pool``; a problem whose check ran out of device memory while other checks shared the
     device (each within its own budget, together over the card) is checked again alone, one at a time, so the
-    report says what the problem needs, not what its neighbours took."""
-    by_key = {r.key: r for r in pool.map(jobs)}
-    again = [j for j in jobs if j.problem.key in by_key and ran_out_of_memory(by_key[j.problem.key])]
-    if len(jobs) > 1:
-        for job in again:
-            for report in pool.map([job]):
-                by_key[report.key] = report
+    report says what the problem needs, not what its neighbours took. ``on_report`` sees each final report."""
+    by_key, again = {}, []
+    for report in pool.map(jobs):
+        by_key[report.key] = report
+        if len(jobs) > 1 and ran_out_of_memory(report):
+            again.append(report.key)
+        elif on_report is not None:
+            on_report(report)
+    for job in [j for j in jobs if j.problem.key in again]:
+        for report in pool.map([job]):
+            by_key[report.key] = report
+            if on_report is not None:
+                on_report(report)
     return by_key
 
 
