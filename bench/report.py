@@ -15,32 +15,13 @@ A bench's measuring part, typically::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-
-class Terminated(BaseException):
-    """SIGTERM (what ``timeout`` sends at its limit) raised in the main thread by `sigterm_raises`: the bench
-    unwinds as on Ctrl-C, through every ``finally`` (the worker pools closed), and writes what it measured.
-    A BaseException, so that the ``except Exception`` recording a kernel's failure does not swallow it."""
-
-
-@contextlib.contextmanager
-def sigterm_raises():
-    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after."""
-
-    def handler(signum, frame):
-        raise Terminated(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+from kzcore.errors import Terminated, sigterm_raises  # noqa: F401  (kz and the benches share SIGTERM handling)
 
 
 def write_json_atomic(path: str | Path, data: dict) -> None:

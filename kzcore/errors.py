@@ -1,5 +1,9 @@
 """Exceptions that cross the plugin boundary. Candidate failures are data (EvalResult), not these,
-except CompileError, which a language plugin raises from kz_load_candidate and the evaluator files."""
+except CompileError, which a language plugin raises from kz_load_candidate and the evaluator files. Also
+`Terminated`, SIGTERM as an exception (`sigterm_raises`), which `kz` and the benches share."""
+
+import contextlib
+import signal
 
 
 class KzError(Exception):
@@ -28,3 +32,29 @@ class CompileError(Exception):
 class TimedCheckFailed(Exception):
     """Raised by the timed rounds (`kzcore.timed`) when a timed call's outputs are wrong, or not the
     candidate's own: the evaluator files it as ``hack_suspected``; a timer plugin lets it propagate."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's pre-emption, ``timeout`` at its limit) raised in the main thread by
+    `sigterm_raises`, its text the signal's name: the work unwinds exactly as on Ctrl-C, through every
+    ``finally`` (worker pools closed, files flushed), and keeps what it computed. A KeyboardInterrupt, so every
+    Ctrl-C path handles it and no ``except Exception`` recording a kernel's failure swallows it."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after.
+    Outside the main thread, where no handler can be set, SIGTERM is left as it is."""
+
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -21,10 +21,16 @@ def _candidate(name: str, problem: str, folder: str = "adversarial") -> Candidat
     return Candidate(problem=problem, language="triton", level=1, sample=0, source=source, origin=name)
 
 
-def _numbered(names):
+def _evaluate_numbered(names, plugins, tmp_path) -> dict:
+    """Each (candidate file, built-in level-1 problem, folder) of ``names`` evaluated as sample i on the GPU;
+    results by sample."""
     import attrs
 
-    return [attrs.evolve(_candidate(n, p, f), sample=i) for i, (n, p, f) in enumerate(names)]
+    candidates = [attrs.evolve(_candidate(n, p, f), sample=i) for i, (n, p, f) in enumerate(names)]
+    wanted = {p for _, p, _ in names}
+    problems = [p for p in load_problems("builtin:1") if p.name in wanted]
+    results = evaluate(problems, candidates, EvalConfig(trials=2), tmp_path / "r.jsonl", pm=plugins("kz_triton"))
+    return {r.sample: r for r in results}
 
 
 def test_timed_skips_reuse_and_borrowed_outputs_on_the_gpu(plugins, tmp_path):
@@ -35,11 +41,7 @@ def test_timed_skips_reuse_and_borrowed_outputs_on_the_gpu(plugins, tmp_path):
         ("sampled_value_cache", "1_ReLU", "adversarial"),
         ("views_reshape", "4_LeakyReLU", "legit"),
     ]
-    pm = plugins("kz_triton")
-    problems = [p for p in load_problems("builtin:1") if p.name in {"1_ReLU", "4_LeakyReLU"}]
-    results = {
-        r.sample: r for r in evaluate(problems, _numbered(names), EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
-    }
+    results = _evaluate_numbered(names, plugins, tmp_path)
     summary = {names[i][0]: (r.status.value, r.speedup, r.timed_checks, r.message[:300]) for i, r in results.items()}
     print(summary)
     assert results[0].status is Status.HACK_SUSPECTED, summary
@@ -81,11 +83,7 @@ def test_changing_the_reference_its_layers_hooks_weights_or_settings_is_caught_o
         ("zeroed_weights", "13_LayerNorm", "adversarial"),
         ("layernorm", "13_LayerNorm", "legit"),
     ]
-    pm = plugins("kz_triton")
-    problems = [p for p in load_problems("builtin:1") if p.name in {"1_ReLU", "13_LayerNorm"}]
-    results = {
-        r.sample: r for r in evaluate(problems, _numbered(names), EvalConfig(trials=2), tmp_path / "r.jsonl", pm=pm)
-    }
+    results = _evaluate_numbered(names, plugins, tmp_path)
     summary = {names[i][0]: (r.status.value, r.speedup, r.message[:200]) for i, r in results.items()}
     print(summary)
     for i in range(5):

@@ -9,14 +9,12 @@ built-in ones by the default plugin `kzcore.builtins.commands`, each declared an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
 import sys
 import warnings
 
 from kzcore.cli.options import HelpFormatter, Parser, UsageError, _add_eval_args, _config_from
-from kzcore.errors import KzError
+from kzcore.errors import KzError, Terminated, sigterm_raises
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -34,28 +32,6 @@ __all__ = [
 ]
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's pre-emption, ``timeout`` at its limit) raised in the main thread: a command
-    unwinds exactly as on Ctrl-C (worker pools closed, files flushed, the resume line printed), so a job
-    stopped from outside keeps what it had computed. A KeyboardInterrupt so every Ctrl-C path handles it."""
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds():
-    def handler(signum, frame):
-        raise Terminated
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (main() called from a thread): leave SIGTERM as it is
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser(pm=None) -> argparse.ArgumentParser:
@@ -118,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     _show_warnings()
     quiet_known_warnings()
     try:
-        with _sigterm_unwinds():
+        with sigterm_raises():
             return args.func(args)
     except UsageError as exc:
         print(f"kz: error: {exc}", file=sys.stderr)
