@@ -4,6 +4,7 @@ verdict and reason, good ones pass, and `kz suite check` reports them."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -104,6 +105,9 @@ def test_kz_suite_check_reports_failures(tmp_path, capsys, own_workers):
     assert main(["suite", "check", str(tmp_path), "--workers", "1", "--out", str(report)]) == 0
     out = capsys.readouterr().out
     assert "1 of 2 problems pass every check" in out
+    # the wall time, and the part of it spent inside the checks (the rest: worker start-up and dispatch)
+    wall, inside = map(float, re.search(r"checked in ([\d.]+) s \(([\d.]+) s inside", out).groups())
+    assert 0 <= inside <= wall and wall > 0
     assert "level1/2_Zero" in out and "~0" in out
     rows = {row["key"]: row for row in map(json.loads, report.read_text().splitlines())}
     assert rows["level1/1_Good"]["ok"] is True

@@ -4,6 +4,7 @@ problem's source), and the problem checks."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _add_only, _config_from, _load_problems, _only
@@ -96,6 +97,7 @@ def _suite_check(problems, args, console) -> int:
 
     config = _config_from(args)
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
+    started = time.perf_counter()
     args.saved = "nothing was saved (kz suite check prints its table once every problem is checked)"
     if args.out:  # each report filed as it comes, so a check stopped part-way keeps the problems it finished
         out = Path(args.out)
@@ -134,6 +136,9 @@ def _suite_check(problems, args, console) -> int:
     console.print(table)
     bad = sum(not r.ok for r in reports)
     console.print(f"{len(reports) - bad} of {len(reports)} problems pass every check")
+    # the wall time beside the checks' own seconds: what went to worker start-up, dispatch and re-checks
+    inside = sum(r.seconds or 0.0 for r in reports)
+    console.print(f"checked in {time.perf_counter() - started:.1f} s ({inside:.1f} s inside the problems' checks)")
     return 0
 
 
