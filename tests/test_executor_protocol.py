@@ -91,6 +91,33 @@ def test_jobs_fail_and_name_themselves(relu):
     assert report.ident == check.ident == ("1_ReLU",)
 
 
+def test_the_step_after_a_job_takes_either_kind_of_answer(relu):
+    # On a GPU a worker gives its cached memory back after every job and files the seconds in the result's
+    # stages. A problem check's report has no stages: annotating it raised in the worker, which exited, so every
+    # full-size problem check whose memory went back was filed as a crash (and the problem left unflagged).
+    from kzcore.executors.worker import after_job
+
+    released = []
+
+    def release():
+        released.append(True)
+        return 0.25
+
+    report = ProblemReport(problem="1_ReLU", level=1, ok_runs=True, seconds=0.5)
+    assert after_job(report, False, "cuda", [], release=release) == report and released == [True]
+    result = EvalJob(problem=relu, candidate=_candidates(1)[0], config=CFG).failure(Status.INCORRECT, "off")
+    annotated = after_job(result, False, "cuda", [], release=release)
+    assert annotated.stages == {**(result.stages or {}), "release_cache": 0.25} and annotated.status is Status.INCORRECT
+    # nothing given back: the answer unchanged; a poisoned context or a CPU worker gives nothing back at all
+    assert after_job(result, False, "cuda", [], release=lambda: None) == result
+    assert after_job(report, True, "cuda", [], release=release) == report and len(released) == 2
+    assert after_job(report, False, "cpu", [], release=release) == report and len(released) == 2
+    # a candidate that left processes behind is hack_suspected; a problem check's report has no such verdict
+    left = after_job(result, False, "cpu", ["pid 7 (sleep)"])
+    assert left.status is Status.HACK_SUSPECTED and "left 1 process(es)" in left.message
+    assert after_job(report, False, "cpu", ["pid 7 (sleep)"]) == report
+
+
 def implements_executor(obj) -> bool:
     """What the Executor protocol asks for (a structural type: checked here by its methods)."""
     names = [n for n in vars(Executor) if not n.startswith("_")]

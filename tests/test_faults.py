@@ -174,6 +174,8 @@ def test_os_exit_in_forward_or_at_import_is_a_crash(pool, relu, worker_replaceme
         pool, relu, fault("os_exit"), fault("os_exit_import"), fault("probe_clean_worker")
     )
     assert in_forward.status is Status.RUNTIME_ERROR and "exited with code 0" in in_forward.message
+    # the worker log's last line comes with the crash: what the process said last (a traceback's exception)
+    assert in_forward.message.endswith("its log ends: giving up: the device state is gone"), in_forward.message
     assert at_import.status is Status.RUNTIME_ERROR and "exited with code 7" in at_import.message
     assert pool.replaced == replaced + 2
     assert_clean_and_correct(after)

@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from pathlib import Path
 
 from kzcore.errors import KzError
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
@@ -65,6 +66,20 @@ class _Worker:
         self.sent_at = 0.0
         self.deadline = 0.0
         self.tick = 0.0  # when LocalPool.map last charged the job's deadline (waiting for the GPU lock is not charged)
+
+    def log_ends(self, limit: int = 300) -> str:
+        """The last non-empty line of the worker's log (its stdout and stderr: a Python traceback ends with the
+        exception), cut to ``limit`` characters; "" when there is none. Read before the worker is replaced, whose
+        scratch directory goes with it."""
+        path = Path(self.scratch) / f"kz-worker{self.id}" / "worker.log"
+        try:
+            with path.open("rb") as f:
+                f.seek(max(0, f.seek(0, 2) - 4096))
+                lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines()]
+        except OSError:
+            return ""
+        last = next((line for line in reversed(lines) if line), "")
+        return last if len(last) <= limit else last[: limit - 1] + "…"
 
     @property
     def ready(self) -> bool:

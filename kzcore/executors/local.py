@@ -257,14 +257,19 @@ class LocalPool:
         """The worker died or closed its pipe. Before it took the job, the job goes back to the queue."""
         job, w.job = w.job, None
         w.proc.join(timeout=1)  # the pipe can close just before the process is reaped: wait for its exit code
-        how = _exit_description(w.proc)
+        how, ends = _exit_description(w.proc), w.log_ends()
         self.lifecycle.replace(w)
         if not w.started:
             self._requeue(job)
             return None
         if how == "did not exit":
             return _failure(job, Status.RUNTIME_ERROR, "the worker closed its result pipe while running this candidate")
-        return _failure(job, Status.RUNTIME_ERROR, f"the worker process {how} while running this candidate (crash)")
+        # the log's last line names what killed it (an uncaught exception's type and message), so a crash in
+        # kzcore's own code after a job is told from the candidate's
+        said = f"; its log ends: {ends}" if ends else ""
+        return _failure(
+            job, Status.RUNTIME_ERROR, f"the worker process {how} while running this candidate (crash){said}"
+        )
 
     def _junk(self, w: _Worker, what) -> EvalResult:
         job, w.job = w.job, None

@@ -170,6 +170,28 @@ def _release_cache() -> float | None:
     return None
 
 
+def after_job(result, poisoned: bool, device: str, strays: list[str], release=None):
+    """What the worker does to a job's answer between the job and its report, for either kind of job: a
+    candidate that left processes behind is hack_suspected; on a GPU (unless the context is poisoned) the
+    memory cached beyond ``memory.KEEP_CACHED`` goes back first (``release``, default `_release_cache`), so
+    when a result arrives the worker's memory is already back, and an ``EvalResult`` files the seconds it took."""
+    if strays:
+        result = _left_processes(result, strays)
+    if device == "cuda" and not poisoned:
+        spent = (release or _release_cache)()
+        if spent is not None:  # it waited for and held the GPU lock
+            result = with_stage(result, "release_cache", spent)
+    return result
+
+
+def with_stage(result, name: str, seconds: float):
+    """``result`` with ``seconds`` filed under ``name`` in its stages, where it has stages (an ``EvalResult``);
+    other answers (a problem check's ``ProblemReport``) come back unchanged."""
+    if not (attrs.has(type(result)) and "stages" in attrs.fields_dict(type(result))):
+        return result
+    return attrs.evolve(result, stages={**(result.stages or {}), name: round(seconds, 6)})
+
+
 def _setup_torch(device: str, tf32: bool) -> dict:
     import torch
 
@@ -293,13 +315,7 @@ def worker_main(
                 except BaseException as exc:  # sys.exit or KeyboardInterrupt raised by candidate code
                     result, poisoned = _escaped(job, exc), False
                 strays = slate.restore()  # before reporting: a death while restoring is charged to this job
-            if strays:
-                result = _left_processes(result, strays)
-            if device == "cuda" and not poisoned:
-                # before reporting: when a result arrives, the worker's memory is already back
-                spent = _release_cache()
-                if spent is not None and attrs.has(type(result)):  # it waited for and held the GPU lock
-                    result = attrs.evolve(result, stages={**(result.stages or {}), "release_cache": round(spent, 6)})
+            result = after_job(result, poisoned, device, strays)
             conn.send(("result", result, poisoned))
             if poisoned:
                 return  # a CUDA context that saw an illegal access is unusable: the pool starts a fresh worker
