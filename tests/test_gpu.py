@@ -125,6 +125,32 @@ def test_full_size_reference_solutions_are_correct_and_timed(plugins, tmp_path):
         assert r.spot_checked == r.timing_reps + 1, r  # every pair, the probe pair included
 
 
+def test_full_size_problem_checks_pass_in_one_worker_and_are_cached(tmp_path, monkeypatch):
+    """At full size a problem check leaves more than memory.KEEP_CACHED cached, so its worker gives the memory
+    back before it reports; that step once raised on a problem check's report and killed the worker, so each
+    such check was filed as a crash, the problem left unflagged and its report never cached."""
+    from kzcore.evaluate.problem_check import checked_problems
+    from kzcore.executors.local import LocalPool
+
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+    names = ("1_ReLU", "11_Softmax", "13_LayerNorm", "19_Matmul")
+    problems = [p for p in load_problems("builtin:1") if p.name in names]
+    pool = LocalPool(workers=1, config=EvalConfig(), plugins=["kz_triton"])
+    try:
+        pool.start()
+        reports = checked_problems(problems, EvalConfig(), pool, "cuda")
+        assert all(r.ok and r.size == "full" for r in reports.values()), {k: r.reason for k, r in reports.items()}
+        assert pool.replaced == 0  # the one worker checked all four and is still the same
+    finally:
+        pool.close()
+
+    def refuse(jobs):
+        raise AssertionError(f"checked again: {[j.problem.key for j in jobs]}")
+
+    monkeypatch.setattr(pool, "map", refuse)  # every report was cached: asked again, none is checked
+    assert checked_problems(problems, EvalConfig(), pool, "cuda") == reports
+
+
 def test_partial_write_reads_poison_not_stale_reference(plugins, tmp_path):
     pm = plugins("kz_triton")
     problems = load_problems("builtin:1")
