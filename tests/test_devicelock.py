@@ -355,8 +355,9 @@ class RecordingLock(DeviceLock):
 
 
 def test_an_evaluation_files_the_seconds_it_waited_for_and_held_the_gpu(plugins, tmp_path):
-    """Shared holds for the models, the trials, the second shape and the timing's inputs, then the timing alone;
-    what each kind of hold cost is in the result's stages (the throughput bench sums them)."""
+    """Shared holds for the models, each trial (a timing waits for one trial, not all of them), the tamper
+    watch's values check after the trials, the second shape and the timing's inputs, then the timing alone; what
+    each kind of hold cost is in the result's stages (the throughput bench sums them)."""
     from kzcore.evaluate.pipeline import evaluate_job
     from kzcore.types import Candidate, EvalConfig, EvalJob, Problem, Status
     from tests.test_inputs import PY_RELU, RELU_OF_RAND
@@ -371,7 +372,7 @@ def test_an_evaluation_files_the_seconds_it_waited_for_and_held_the_gpu(plugins,
     # the second shape's holds: its reference alone (a derived shape), both models built, its trial
     assert lock.holds == [
         "shared construct",
-        "shared trials",
+        *["shared trials"] * (config.trials + 1),  # each trial, then the values check
         *["shared second_shape"] * 3,
         "shared inputs",
         "exclusive",

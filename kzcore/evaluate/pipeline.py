@@ -77,8 +77,8 @@ class Evaluation:
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
+            correctness(state, problem_mod, reference, candidate, launches)  # a shared hold per trial
             with state.shared_gpu("trials"):
-                correctness(state, problem_mod, reference, candidate, launches)
                 check_tampering(state, watch, "the correctness trials", values=True)
             second_shape(state, candidate_mod, launches, index=state.config.trials)
             check_tampering(state, watch, "the second shape's trial")  # no GPU work: outside the hold

@@ -19,10 +19,13 @@ def trial_seed(config, index: int) -> int:
 
 
 def correctness(state: EvaluationState, problem_mod, reference, candidate, launches) -> None:
-    """The main trials, 0..trials-1, the candidate's input buffers carried from each to the next."""
+    """The main trials, 0..trials-1, the candidate's input buffers carried from each to the next. Each trial
+    holds the GPU shared on its own, so another worker's timing waits for one trial to end, not for all of them
+    (what a timing waits for readers to finish is time the GPU is not timing)."""
     buffers = None
     for index in range(state.config.trials):
-        buffers = trial(state, problem_mod, reference, candidate, launches, index=index, buffers=buffers)
+        with state.shared_gpu("trials"):
+            buffers = trial(state, problem_mod, reference, candidate, launches, index=index, buffers=buffers)
 
 
 def trial(
