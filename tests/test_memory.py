@@ -69,6 +69,8 @@ def test_a_worker_gives_back_cached_memory_over_its_keep_between_jobs(monkeypatc
 
 
 def test_the_worker_releases_the_cache_after_each_gpu_job_only():
+    # which jobs give memory back (GPU, context not poisoned) is worker.after_job's, tested by its behaviour in
+    # tests/test_executor_protocol.py; here: the job loop calls it once per job, before the result is sent
     import ast
     from pathlib import Path
 
@@ -77,14 +79,17 @@ def test_the_worker_releases_the_cache_after_each_gpu_job_only():
     tree = ast.parse(Path(worker.__file__).read_text())
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "worker_main")
     loop = next(n for n in ast.walk(main) if isinstance(n, ast.While))
-    calls = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_release_cache"]
+    calls = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "after_job"]
     assert len(calls) == 1  # inside the job loop
-    guard = next(n for n in ast.walk(loop) if isinstance(n, ast.If) and calls[0] in list(ast.walk(n)))
-    assert ast.unparse(guard.test) == "device == 'cuda' and (not poisoned)"  # a poisoned context is not reused
+    assert [ast.unparse(a) for a in calls[0].args[1:3]] == ["poisoned", "device"]
     # before the result is sent: when the pool has a result, the worker's memory is back (released after it,
     # an H200 worker still held 19.3 GB right after the result)
     sends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and ast.unparse(n).startswith("conn.send(('result'")]
     assert len(sends) == 1 and calls[0].lineno < sends[0].lineno
+    body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "after_job")
+    releases = [n for n in ast.walk(body) if isinstance(n, ast.Call) and "_release_cache" in ast.unparse(n.func)]
+    guard = next(n for n in ast.walk(body) if isinstance(n, ast.If) and releases[0] in list(ast.walk(n)))
+    assert ast.unparse(guard.test) == "device == 'cuda' and (not poisoned)"  # a poisoned context is not reused
 
 
 def test_cyclic_garbage_is_collected_at_a_jobs_end_never_inside_it():
