@@ -87,7 +87,7 @@ def test_the_worker_releases_the_cache_after_each_gpu_job_only():
     sends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and ast.unparse(n).startswith("conn.send(('result'")]
     assert len(sends) == 1 and calls[0].lineno < sends[0].lineno
     body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "after_job")
-    releases = [n for n in ast.walk(body) if isinstance(n, ast.Call) and "_release_cache" in ast.unparse(n.func)]
+    releases = [n for n in ast.walk(body) if isinstance(n, ast.Call) and ast.unparse(n.func) == "release"]
     guard = next(n for n in ast.walk(body) if isinstance(n, ast.If) and releases[0] in list(ast.walk(n)))
     assert ast.unparse(guard.test) == "device == 'cuda' and (not poisoned)"  # a poisoned context is not reused
 

@@ -13,12 +13,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
-from pathlib import Path
 
 from kzcore.errors import KzError
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
-from kzcore.executors.processes import kill_process_tree
-from kzcore.executors.worker import worker_main
+from kzcore.executors.processes import LOG_NAME, kill_process_tree
+from kzcore.executors.worker import worker_main, worker_workdir
 from kzcore.types import EvalJob
 
 MAX_START_FAILURES = 3
@@ -71,7 +70,7 @@ class _Worker:
         """The last non-empty line of the worker's log (its stdout and stderr: a Python traceback ends with the
         exception), cut to ``limit`` characters; "" when there is none. Read before the worker is replaced, whose
         scratch directory goes with it."""
-        path = Path(self.scratch) / f"kz-worker{self.id}" / "worker.log"
+        path = worker_workdir(self.scratch, self.id) / LOG_NAME
         try:
             with path.open("rb") as f:
                 f.seek(max(0, f.seek(0, 2) - 4096))

@@ -181,6 +181,7 @@ def guard_processes(scratch: Path) -> list[str]:
 
 
 TIMER_SIGNALS = (signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF)
+LOG_NAME = "worker.log"  # what a worker's stdout and stderr go to, in its working directory (CleanSlate)
 
 
 def ignore_timer_signals() -> None:
@@ -202,7 +203,7 @@ class CleanSlate:
     signal mask and interval timers as they were at start-up, and no child processes left running."""
 
     def __init__(self, workdir: Path, log_limit: int):
-        self.workdir, self.log, self.log_limit = workdir, workdir / "worker.log", log_limit
+        self.workdir, self.log, self.log_limit = workdir, workdir / LOG_NAME, log_limit
         self.log_fd = -1
         self._open_log()
         self.stdout, self.stderr = sys.stdout, sys.stderr

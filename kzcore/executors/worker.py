@@ -170,26 +170,26 @@ def _release_cache() -> float | None:
     return None
 
 
-def after_job(result, poisoned: bool, device: str, strays: list[str], release=None):
+def after_job(result, poisoned: bool, device: str, strays: list[str], release=_release_cache):
     """What the worker does to a job's answer between the job and its report, for either kind of job: a
     candidate that left processes behind is hack_suspected; on a GPU (unless the context is poisoned) the
-    memory cached beyond ``memory.KEEP_CACHED`` goes back first (``release``, default `_release_cache`), so
-    when a result arrives the worker's memory is already back, and an ``EvalResult`` files the seconds it took."""
+    memory cached beyond ``memory.KEEP_CACHED`` goes back first (``release``), so when a result arrives the
+    worker's memory is already back, and an ``EvalResult`` files the seconds it took (a problem check's
+    ``ProblemReport`` has no stages)."""
+    from kzcore.types import EvalResult
+
     if strays:
         result = _left_processes(result, strays)
     if device == "cuda" and not poisoned:
-        spent = (release or _release_cache)()
-        if spent is not None:  # it waited for and held the GPU lock
-            result = with_stage(result, "release_cache", spent)
+        spent = release()
+        if spent is not None and isinstance(result, EvalResult):  # it waited for and held the GPU lock
+            result = attrs.evolve(result, stages={**(result.stages or {}), "release_cache": round(spent, 6)})
     return result
 
 
-def with_stage(result, name: str, seconds: float):
-    """``result`` with ``seconds`` filed under ``name`` in its stages, where it has stages (an ``EvalResult``);
-    other answers (a problem check's ``ProblemReport``) come back unchanged."""
-    if not (attrs.has(type(result)) and "stages" in attrs.fields_dict(type(result))):
-        return result
-    return attrs.evolve(result, stages={**(result.stages or {}), name: round(seconds, 6)})
+def worker_workdir(scratch: str | Path, worker_id: int) -> Path:
+    """A worker's working directory inside its scratch directory; its log (`processes.LOG_NAME`) lives there."""
+    return Path(scratch) / f"kz-worker{worker_id}"
 
 
 def _setup_torch(device: str, tf32: bool) -> dict:
@@ -251,7 +251,7 @@ def worker_main(
     # everything this worker may write lives under ``scratch`` (the pool makes it and deletes it after the
     # worker ends): its working directory and its temporary files
     root = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix=f"kz-sandbox{worker_id}-"))
-    workdir, tmp = root / f"kz-worker{worker_id}", root / "tmp"
+    workdir, tmp = worker_workdir(root, worker_id), root / "tmp"
     workdir.mkdir(exist_ok=True)
     tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
