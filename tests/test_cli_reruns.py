@@ -190,3 +190,29 @@ def test_ctrl_c_before_the_first_completion_leaves_no_empty_file(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         sample_candidates(InterruptedPolicy(), [problem], "triton", params=None, out=out)
     assert out.exists()
+
+
+def test_a_problem_the_check_reached_no_verdict_on_is_named_and_recorded(tmp_path, own_workers):
+    """A problem whose reference does not run gets no verdict from the problem check: it is not flagged (its
+    candidates' results say what happened), and `kz eval` says so on one line and records it in the run header,
+    next to the flagged ones, instead of counting it silently."""
+    from kzcore.results import read_headers
+
+    problems, solutions, out = tmp_path / "problems" / "level1", tmp_path / "solutions", tmp_path / "r.jsonl"
+    problems.mkdir(parents=True)
+    solutions.mkdir()
+    broken = SHRUNK_SOFTMAX.replace("return torch.softmax(x, dim=1)", 'raise RuntimeError("no reference here")')
+    (problems / "1_Broken.py").write_text(broken)
+    (problems / "2_ShrunkSoftmax.py").write_text(SHRUNK_SOFTMAX)
+    for name, source in (("1_Broken", broken), ("2_ShrunkSoftmax", SHRUNK_SOFTMAX)):
+        (solutions / f"{name}.py").write_text(source.replace("class Model(", "class ModelNew("))
+    proc = kz("eval", "--problems", str(problems.parent), "--solutions", str(solutions), "--out", str(out), *EVAL)
+    assert proc.returncode == 0, proc.stderr
+    line = " ".join(proc.stderr.split())  # rich wraps the console's lines
+    assert "the problem check reached no verdict on 1 problem(s)" in line
+    assert "level1/1_Broken (does not run: RuntimeError: no reference here" in line
+    (header,) = read_headers(out)
+    assert list(header["problem_check"]["unchecked"]) == ["level1/1_Broken"]
+    assert list(header["problem_check"]["flagged"]) == ["level1/2_ShrunkSoftmax"]
+    by = {r.problem: r for r in read_results(out)}
+    assert not by["1_Broken"].problem_degenerate and by["2_ShrunkSoftmax"].problem_degenerate

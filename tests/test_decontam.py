@@ -410,6 +410,7 @@ class InProcessChecks:
 
 
 ZEROS = SIGMOID.replace("return torch.sigmoid(x)", "return torch.zeros_like(x)")
+BROKEN = SIGMOID.replace("return torch.sigmoid(x)", 'raise RuntimeError("no reference here")')
 
 
 def test_held_out_problems_the_problem_check_flags_are_left_out_before_sampling_and_recorded(tmp_path):
@@ -425,18 +426,25 @@ def test_held_out_problems_the_problem_check_flags_are_left_out_before_sampling_
     pool, lines = InProcessChecks(tmp_path), []
     context = RunContext(config, log=lines.append, executor=pool)
     context.run_dir.mkdir(parents=True)
-    heldout = [problem("1_Sigmoid", SIGMOID), problem("2_Zeros", ZEROS)]
+    heldout = [problem("1_Sigmoid", SIGMOID), problem("2_Zeros", ZEROS), problem("3_Broken", BROKEN)]
     problems = RunProblems(context, heldout, coldstart=[])
-    assert [p.name for p in problems.scored_heldout()] == ["1_Sigmoid"]
+    assert [p.name for p in problems.scored_heldout()] == ["1_Sigmoid", "3_Broken"]
     record = json.loads((context.run_dir / HELDOUT_CHECK).read_text())
-    assert record["problems"] == ["t:level1/1_Sigmoid", "t:level1/2_Zeros"] and record["problem_check"] is True
+    assert record["problems"] == ["t:level1/1_Sigmoid", "t:level1/2_Zeros", "t:level1/3_Broken"]
+    assert record["problem_check"] is True
     assert list(record["flagged"]) == ["t:level1/2_Zeros"] and "zeros" in record["flagged"]["t:level1/2_Zeros"]
-    assert len(lines) == 1 and lines[0].startswith("held-out: 1 of 2 problems fail the problem check")
+    # no verdict (its reference does not run): kept, since its candidates' results say what happened, and named
+    assert (
+        list(record["unchecked"]) == ["t:level1/3_Broken"]
+        and "does not run" in record["unchecked"]["t:level1/3_Broken"]
+    )
+    assert len(lines) == 2 and lines[0].startswith("held-out: 1 of 3 problems fail the problem check")
+    assert lines[1].startswith("held-out: the problem check reached no verdict on 1 of 3 problems; they are kept")
     checked = pool.jobs
     again = RunProblems(RunContext(config, log=lines.append, executor=pool), heldout, coldstart=[])
-    assert [p.name for p in again.scored_heldout()] == ["1_Sigmoid"] and pool.jobs == checked  # read back
+    assert [p.name for p in again.scored_heldout()] == ["1_Sigmoid", "3_Broken"] and pool.jobs == checked  # read back
 
     off = attrs.evolve(config, eval=attrs.evolve(config.eval, problem_check=False))
     every = RunProblems(RunContext(off, log=lines.append, executor=pool), heldout, coldstart=[])
-    assert [p.name for p in every.scored_heldout()] == ["1_Sigmoid", "2_Zeros"] and pool.jobs == checked
+    assert [p.name for p in every.scored_heldout()] == ["1_Sigmoid", "2_Zeros", "3_Broken"] and pool.jobs == checked
     assert json.loads((context.run_dir / HELDOUT_CHECK).read_text())["flagged"] == {}

@@ -61,6 +61,7 @@ def _evaluate_solutions(args, problems, config, out: Path, display, console):
         results = evaluate(
             problems, candidates, config, out, executor=args.executor, workers=args.workers,
             on_result=display.on_result, on_start=display.on_start, on_stale=display.on_stale,
+            on_unchecked=display.on_unchecked,
         )  # fmt: skip
     return candidates, results
 
@@ -86,6 +87,7 @@ def _sample_and_evaluate(args, problems, config, out: Path, display, console):
         template=args.template, batch_size=args.batch_size, executor=args.executor, workers=args.workers,
         close_policy=True, sampling=sampling, on_sampled=on_sampled, evaluating=display.progress,
         on_start=display.on_start, on_result=display.on_result, on_stale=display.on_stale,
+        on_unchecked=display.on_unchecked,
     )  # fmt: skip
     console.print(cost_line(evaluation.cost, completions))
     return evaluation.candidates, evaluation.results
@@ -130,6 +132,11 @@ class _EvaluationDisplay:
 
     def on_result(self, result) -> None:
         self.progress.update(self.task, advance=1, description=f"{result.problem}: {result.status.value}")
+
+    def on_unchecked(self, unchecked: dict[tuple[int, str], str]) -> None:
+        from kzcore.evaluate.runner import unchecked_line
+
+        self.console.print(f"[yellow]{unchecked_line(unchecked)}[/yellow]", soft_wrap=True)
 
 
 def _first(names: list[str], limit: int = 10) -> str:

@@ -54,6 +54,7 @@ def evaluate_policy(
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
     on_stale: Callable[[list[EvalResult]], None] | None = None,
+    on_unchecked: Callable[[dict[tuple[int, str], str]], None] | None = None,
     pm=None,
 ) -> PolicyEvaluation:
     """``params.n`` completions of each of ``problems`` from ``policy`` in ``language`` (prompt ``template``,
@@ -68,8 +69,8 @@ def evaluate_policy(
     ``close_policy`` the policy is closed as soon as sampling ends, however it ends, so that its memory (a
     GPU's included) is free for the candidates. Progress: ``sampling`` (see `SamplingProgress`) wraps the
     sampling; ``on_sampled`` hears the candidates before any is evaluated (it may raise to stop there);
-    ``evaluating`` is the context the evaluation runs in; ``on_start``, ``on_result`` and ``on_stale`` go to
-    `evaluate`. The returned ``cost`` says what the call spent (`sampling_cost`)."""
+    ``evaluating`` is the context the evaluation runs in; ``on_start``, ``on_result``, ``on_stale`` and ``on_unchecked``
+    go to `evaluate`. The returned ``cost`` says what the call spent (`sampling_cost`)."""
     before = sampled_problems(completions, language)
     t0 = time.perf_counter()
     candidates = _sample(
@@ -84,7 +85,8 @@ def evaluate_policy(
     with nullcontext() if evaluating is None else evaluating:
         verdicts = evaluate(
             judged, candidates + [candidate for _, candidate in extra], config, results, executor=pool,
-            workers=workers, on_result=on_result, on_start=on_start, on_stale=on_stale, pm=pm,
+            workers=workers, on_result=on_result, on_start=on_start, on_stale=on_stale, on_unchecked=on_unchecked,
+            pm=pm,
         )  # fmt: skip
     cost = sampling_cost(completions, language, before, sampling_s, time.perf_counter() - t1, len(verdicts))
     return PolicyEvaluation(candidates, verdicts, cost)

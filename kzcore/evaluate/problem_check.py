@@ -304,6 +304,13 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
     return reports
 
 
+def unchecked_reason(report: ProblemReport) -> str:
+    """Why the check reached no verdict on this problem ("" when it did): its reference did not run (an error,
+    over the memory budget) or the check did not finish (a timeout, a lost worker). Such a problem is not
+    flagged, so its candidates' results count, but nothing says the problem can tell a kernel from no kernel."""
+    return "" if report.ok_runs else (report.reason or "the problem check reached no verdict")
+
+
 def degenerate_reason(report: ProblemReport) -> str:
     """Why results on this problem should not count ("" when they should): it ran, but its outputs are
     random, non-finite or degenerate. A problem that did not run (or ran out of budget) is not flagged: its

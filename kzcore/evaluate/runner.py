@@ -4,6 +4,7 @@ file every result as it arrives (results file + the kz_result_filed hook)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,25 +94,56 @@ def map_prepared(pool, jobs: list[EvalJob], pm=None):
     return ReferenceTimes.of(pool).checked(pool.map(jobs), jobs)
 
 
-def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
-    """(level, name) → why results on that problem should not count, for every problem of ``jobs`` that fails
-    the problem check (`flagged_problems`)."""
+@attrs.frozen
+class ProblemVerdicts:
+    """What the problem check said about a set of problems, by (level, name): ``flagged`` (it ran, and fails:
+    its results are left out of the scores) and ``unchecked`` (the check reached no verdict: its results count,
+    unvouched for). Each maps to the reason."""
+
+    flagged: dict[tuple[int, str], str] = attrs.field(factory=dict)
+    unchecked: dict[tuple[int, str], str] = attrs.field(factory=dict)
+
+    def summary(self) -> dict:
+        """The verdicts as the results file's run header records them (``level<L>/<name>`` → reason)."""
+        return {
+            "flagged": {f"level{lv}/{name}": why for (lv, name), why in sorted(self.flagged.items())},
+            "unchecked": {f"level{lv}/{name}": why for (lv, name), why in sorted(self.unchecked.items())},
+        }
+
+
+def unchecked_line(unchecked: dict[tuple[int, str], str], limit: int = 4) -> str:
+    """One line naming the problems the problem check reached no verdict on, with the first reasons."""
+    named = [f"level{lv}/{name} ({textwrap.shorten(why, 160)})" for (lv, name), why in sorted(unchecked.items())]
+    more = f"; … and {len(named) - limit} more" if len(named) > limit else ""
+    return (
+        f"the problem check reached no verdict on {len(named)} problem(s), whose results count unvouched for "
+        f"(`kz suite check` checks them again): {'; '.join(named[:limit])}{more}"
+    )
+
+
+def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> ProblemVerdicts:
+    """The problem check's verdicts (`flagged_problems`) on every problem of ``jobs``."""
     if not jobs:
-        return {}
+        return ProblemVerdicts()
     return flagged_problems(list({(j.problem.level, j.problem.name): j.problem for j in jobs}.values()), config, pool)
 
 
-def flagged_problems(problems: list[Problem], config: EvalConfig, pool) -> dict[tuple[int, str], str]:
-    """(level, name) → why results on that problem should not count, for every one of ``problems`` that fails
-    the problem check (run once per problem through ``pool``, cached on disk; `problem_check.checked_problems`);
-    none when ``config.problem_check`` is off."""
+def flagged_problems(problems: list[Problem], config: EvalConfig, pool) -> ProblemVerdicts:
+    """The problem check's verdicts on ``problems``: those that fail it (run once per problem through
+    ``pool``, cached on disk; `problem_check.checked_problems`) and those it reached no verdict on; none when
+    ``config.problem_check`` is off."""
     if not config.problem_check or not problems:
-        return {}
-    from kzcore.evaluate.problem_check import checked_problems, degenerate_reason
+        return ProblemVerdicts()
+    from kzcore.evaluate.problem_check import checked_problems, degenerate_reason, unchecked_reason
 
     device = getattr(pool, "device", None) or config.device
     reports = checked_problems(problems, config, pool, device)
-    return {(p.level, p.name): degenerate_reason(reports[p.key]) for p in problems if degenerate_reason(reports[p.key])}
+    verdicts = ProblemVerdicts()
+    for p in problems:
+        for reasons, why in ((verdicts.flagged, degenerate_reason), (verdicts.unchecked, unchecked_reason)):
+            if reason := why(reports[p.key]):
+                reasons[(p.level, p.name)] = reason
+    return verdicts
 
 
 def evaluate(
@@ -124,6 +156,7 @@ def evaluate(
     on_result: Callable[[EvalResult], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_stale: Callable[[list[EvalResult]], None] | None = None,
+    on_unchecked: Callable[[dict[tuple[int, str], str]], None] | None = None,
     pm=None,
 ) -> list[EvalResult]:
     """Evaluate ``candidates`` and append results to ``out``; returns every result for these candidates,
@@ -134,7 +167,10 @@ def evaluate(
 
     ``executor``: a registered executor's name (opened for this call and closed after it; ``workers``
     workers), or an executor already started (``open_executor``), which is used and left open — the trainer
-    holds one for its whole run."""
+    holds one for its whole run.
+
+    ``on_unchecked`` hears the problems the problem check reached no verdict on, (level, name) → why, before
+    their candidates run: their results count, unvouched for. The run header records both kinds of verdict."""
     pm = pm or get_plugin_manager()
     for language in sorted({c.language for c in candidates}):
         require_language(language, pm)
@@ -154,8 +190,12 @@ def evaluate(
     pool = open_executor(executor, workers=workers, config=config, pm=pm) if own else executor
     writer = ResultsWriter(out)
     try:
-        flags = problem_flags(jobs, config, pool)
-        writer.write_header(run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm), pm=pm))
+        verdicts = problem_flags(jobs, config, pool)
+        if verdicts.unchecked and on_unchecked:
+            on_unchecked(verdicts.unchecked)
+        header = run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm), pm=pm)
+        writer.write_header(header | {"problem_check": verdicts.summary()})
+        flags = verdicts.flagged
         for result in ReferenceTimes.of(pool).checked(pool.map(jobs), jobs):
             if flags.get((result.level, result.problem)):
                 result = attrs.evolve(result, problem_degenerate=flags[(result.level, result.problem)])

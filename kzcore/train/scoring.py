@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kzcore.evaluate.policy_eval import evaluate_policy
+from kzcore.evaluate.runner import unchecked_line
 from kzcore.metrics import summarize
 from kzcore.policy import SamplingParams
 from kzcore.progress import Progress
@@ -55,11 +56,15 @@ def sample_and_evaluate(
     def on_stale(stale: list[EvalResult]) -> None:
         context.log(f"{where}: {len(stale)} saved result(s) judged other code than sampled now; evaluating again")
 
+    def on_unchecked(unchecked: dict[tuple[int, str], str]) -> None:
+        context.log(f"{where}: {unchecked_line(unchecked)}")
+
     evaluation = evaluate_policy(
         policy, problems, language, params, context.config.eval, out / f"{files}completions-{language}.jsonl",
         out / f"{files}results-{language}.jsonl", template=context.config.prompts.coder_template,
         batch_size=prompts_per_call(policy, params.n), executor=lambda: context.executor, sampling=sampling,
-        evaluating=evaluating, on_start=on_start, on_result=on_result, on_stale=on_stale, pm=context.pm,
+        evaluating=evaluating, on_start=on_start, on_result=on_result, on_stale=on_stale, on_unchecked=on_unchecked,
+        pm=context.pm,
     )  # fmt: skip
     if cost is not None:
         cost.update(evaluation.cost)

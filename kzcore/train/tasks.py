@@ -141,9 +141,9 @@ class RunProblems:
         problem whose trivial output passes its own check, or whose reference is random or non-finite, cannot
         tell a kernel from no kernel; `kz eval` leaves such problems out of its scores too, here they are not
         even sampled). Checked once per run through the run's executor (and the on-disk check cache) before
-        the first held-out sampling; the kept and flagged problems go into RUN/heldout-problems.json, which a
-        resumed run reads back so that every phase is scored on the same set. All of them when ``[eval]
-        problem_check`` is off."""
+        the first held-out sampling; the kept and flagged problems, and those the check reached no verdict on
+        (kept, and logged), go into RUN/heldout-problems.json, which a resumed run reads back so that every
+        phase is scored on the same set. All of them when ``[eval] problem_check`` is off."""
         if self._scored is not None:
             return self._scored
         path = self.context.run_dir / HELDOUT_CHECK
@@ -153,14 +153,34 @@ class RunProblems:
         if not record or record.get("problems") != names or record.get("problem_check") != config.problem_check:
             from kzcore.evaluate.runner import flagged_problems
 
-            flags = flagged_problems(self.heldout, config, self.context.executor) if self.heldout else {}
-            flagged = {label(p): flags[(p.level, p.name)] for p in self.heldout if (p.level, p.name) in flags}
-            record = {"problem_check": config.problem_check, "problems": names, "flagged": flagged}
+            verdicts = flagged_problems(self.heldout, config, self.context.executor)
+            flagged = {
+                label(p): verdicts.flagged[(p.level, p.name)]
+                for p in self.heldout
+                if (p.level, p.name) in verdicts.flagged
+            }
+            unchecked = {
+                label(p): verdicts.unchecked[(p.level, p.name)]
+                for p in self.heldout
+                if (p.level, p.name) in verdicts.unchecked
+            }
+            record = {
+                "problem_check": config.problem_check,
+                "problems": names,
+                "flagged": flagged,
+                "unchecked": unchecked,
+            }
             write_text_atomic(path, json.dumps(record, indent=1))
             if flagged:
                 self.context.log(
                     f"held-out: {len(flagged)} of {len(names)} problems fail the problem check and are left out "
                     f"({', '.join(sorted(flagged)[:6])}{', …' if len(flagged) > 6 else ''}; reasons in {path})"
+                )
+            if unchecked:
+                self.context.log(
+                    f"held-out: the problem check reached no verdict on {len(unchecked)} of {len(names)} problems; "
+                    f"they are kept and scored unvouched for ({', '.join(sorted(unchecked)[:6])}"
+                    f"{', …' if len(unchecked) > 6 else ''}; reasons in {path})"
                 )
         self._scored = [p for p in self.heldout if label(p) not in record["flagged"]]
         return self._scored
