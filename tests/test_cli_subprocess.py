@@ -609,7 +609,8 @@ def test_report_to_reaches_the_sft_config(tmp_path, monkeypatch):
 
 def test_setup_is_quiet():
     """The set-up's pip calls all go through one quiet PIP (-qq: no per-package index warnings;
-    errors still show), so `make demo`'s log starts with what the demo does."""
+    errors still show), so `make demo`'s log starts with what the demo does; after pip's own upgrade, through
+    PIPR: the same PIP, retried whole (scripts/retry) and resuming a download cut off part-way."""
     import re
 
     makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
@@ -617,7 +618,9 @@ def test_setup_is_quiet():
     assert pip and "-m pip install" in pip.group(1) and "-qq" in pip.group(1).split()
     installs = [line for line in makefile.splitlines() if "pip install" in line and not line.startswith("PIP")]
     assert installs == [], f"pip called without $(PIP): {installs}"
-    assert makefile.count("$(PIP)") >= 4  # pip itself, torch, the packages, the embedded model
+    retried = re.search(r"^PIPR\s*:=\s*scripts/retry \d+ \$\(PIP\) (.+)$", makefile, re.M)
+    assert retried and "--resume-retries" in retried.group(1)
+    assert makefile.count("$(PIP) --upgrade pip") == 1 and makefile.count("$(PIPR)") >= 3  # torch, packages, model
 
 
 def test_setup_installs_the_locked_versions(tmp_path):
@@ -632,9 +635,9 @@ def test_setup_installs_the_locked_versions(tmp_path):
     root = Path(__file__).resolve().parent.parent
     makefile = (root / "Makefile").read_text()
     recipe = makefile[makefile.index("$(STAMP): $(LOCK)") :].split("\n\n")[0].splitlines()[1:]
-    installs = [line for line in recipe if "$(PIP)" in line and "--upgrade pip" not in line]
+    installs = [line for line in recipe if "$(PIP" in line and "--upgrade pip" not in line]
     assert len(installs) == 3, installs
-    assert all(re.search(r"\$\(PIP\) -c \$\((LOCK|VENV)\)", line) for line in installs), installs
+    assert all(re.search(r"\$\(PIPR\) -c \$\((LOCK|VENV)\)", line) for line in installs), installs
     assert re.search(r"^lock: ", makefile, re.M) and "$(PY) scripts/lock.py $(LOCK)" in makefile
 
     def pins(path: Path) -> dict[str, str]:

@@ -37,7 +37,7 @@ def test_the_policy_closes_before_the_executor_starts(plugins, tmp_path, monkeyp
     pm = plugins("kz_triton")
     events: list[str] = []
 
-    def evaluate(problems, candidates, config, out, executor, workers, on_result, on_start, on_stale, pm):
+    def evaluate(problems, candidates, config, out, executor, workers, on_result, on_start, on_stale, on_unchecked, pm):
         events.append(f"evaluate {len(candidates)} on {executor}")
         return []
 

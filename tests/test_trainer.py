@@ -299,7 +299,19 @@ def test_a_rerun_says_its_samples_and_verdicts_were_reused(plugins, tmp_path, mo
 
     on_disk = []
 
-    def evaluate(problems, candidates, config, out, executor, on_start, on_result, pm, on_stale=None, workers=None):
+    def evaluate(
+        problems,
+        candidates,
+        config,
+        out,
+        executor,
+        on_start,
+        on_result,
+        pm,
+        on_stale=None,
+        workers=None,
+        on_unchecked=None,
+    ):
         on_start(len(on_disk), len(candidates) - len(on_disk))
         on_disk[:] = candidates
         return []
