@@ -382,3 +382,29 @@ def test_an_evaluation_files_the_seconds_it_waited_for_and_held_the_gpu(plugins,
     assert stages["lock.exclusive_held"] >= stages["timing"] > 0
     assert 0 < stages["lock.shared_held_max"] <= stages["lock.shared_held"]
     assert stages["lock.shared_wait"] >= 0 and stages["lock.exclusive_wait"] >= 0
+
+
+def test_a_problem_check_holds_its_gpu_shared(monkeypatch, tmp_path):
+    """A problem check runs the reference on the GPU (at full size, for seconds): in a worker it holds the GPU's
+    lock shared, booked as ``problem_check``, so no worker of this pool or another run times meanwhile."""
+    from kzcore.evaluate import problem_check
+    from kzcore.executors import devicelock
+    from kzcore.executors.worker import run_job
+    from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport
+
+    lock = DeviceLock(CTX, 2)
+    seen = []
+
+    def check(job, workdir, device):
+        seen.append((lock.holding[0], HOLDS[lock.hold_what[0]], lock.readers.value))
+        return ProblemReport(problem=job.problem.name), False
+
+    monkeypatch.setattr(problem_check, "check_problem_job", check)
+    job = ProblemCheckJob(problem=Problem(name="1_X", level=1, source=""), config=EvalConfig())
+    try:
+        devicelock.bind_worker(lock, 0)
+        report, poisoned = run_job(job, None, tmp_path, "cuda")
+    finally:
+        devicelock.bind_worker(None, 0)
+    assert seen == [(SHARED, "problem_check", 1)] and report.problem == "1_X" and not poisoned
+    assert lock.readers.value == 0 and lock.holding[0] == 0

@@ -207,6 +207,49 @@ def test_several_workers_per_gpu_share_it_behind_the_lock(plugins, tmp_path):
     assert 0.8 < relu.speedup < 1.25, relu.speedup
 
 
+def test_a_pool_times_only_once_another_run_lets_go_of_the_gpu(plugins, tmp_path, monkeypatch):
+    """Another run's hold on the GPU (taken here through the host-wide lock, as that run's worker would take
+    it) keeps this pool's worker waiting; once it lets go the candidate is evaluated and timed, its wait
+    booked as lock wait, not against its deadline. The pool names the lock's file (a GPU UUID in its name)."""
+    import threading
+    import time
+
+    from kzcore.executors.devicelock import HOST_LOCKS, HostLock
+    from kzcore.executors.local import LocalPool
+
+    monkeypatch.setenv(HOST_LOCKS, str(tmp_path / "locks"))
+    pm = plugins("kz_triton")
+    problems = [p for p in load_problems("builtin:1") if p.name == "1_ReLU"]
+    config = EvalConfig(timeout_s=20)
+    pool = LocalPool(workers=1, config=config, plugins=["kz_triton"])
+    where = pool.host_locks["0"]
+    assert where.startswith(str(tmp_path / "locks" / "gpu-")) and "index" not in where, where
+    gone = threading.Lock()
+
+    def let_go():
+        if gone.acquire(blocking=False):
+            other_run()
+
+    try:
+        pool.start()
+        other_run = HostLock(where.removesuffix(".lock")).acquire(0, exclusive=True)
+        assert other_run is not None
+        timer = threading.Timer(30.0, let_go)  # longer than the job's own timeout: a wait is not charged
+        timer.start()
+        t0 = time.monotonic()
+        results = evaluate(problems, load_solutions("builtin", problems, "triton"), config, tmp_path / "r.jsonl",
+                           executor=pool, pm=pm)  # fmt: skip
+        waited = time.monotonic() - t0
+    finally:
+        timer.cancel()
+        let_go()
+        pool.close()
+    (result,) = results
+    assert result.status is Status.CORRECT and result.speedup > 0, result.message
+    assert waited >= 29 and result.stages.get("lock.shared_wait", 0) + result.stages.get("lock.exclusive_wait", 0) > 0
+    assert pool.info["gpu_locks"] == {"0": where}
+
+
 def test_triton_precompile_compiles_without_launching(tmp_path):
     import shutil
 

@@ -148,8 +148,10 @@ class EvaluationState:
         per GPU, how long each hold kept the others' timings waiting is what decides the pool's throughput."""
         seconds = self.clock.seconds
         t0 = time.perf_counter()
-        with getattr(self.gpu_lock, kind)(self.lock_index, *args):
+        with getattr(self.gpu_lock, kind)(self.lock_index, *args) as across:
             t1 = time.perf_counter()
+            if across is False:  # another process kept the GPU past the host-wide lock's wait: not alone
+                seconds[f"lock.{kind}_not_across_runs"] = seconds.get(f"lock.{kind}_not_across_runs", 0) + 1
             try:
                 yield
             finally:

@@ -15,22 +15,149 @@ draining (a writer waiting for readers to finish), shared (readers only) and idl
 timing exclusive, the time not timed bounds how much faster several workers can finish a batch than one
 (bench/throughput.py files it beside the wall time). Each shared hold says what it is for (``HOLDS``), and the
 draining seconds are split among the holds open while a writer waited (``drained_by()``): which work kept
-the timings waiting, holds that no evaluation stage clocks (a worker's start-up, memory given back) included."""
+the timings waiting, holds that no evaluation stage clocks (a worker's start-up, memory given back) included.
+
+Runs are not alone on a GPU either: two `kz` commands, or two training runs side by side, each have their own
+pool. Each hold therefore also takes the GPU's host-wide lock (`HostLock`, a pair of ``flock``-ed files per GPU
+that every pool on the machine opens): shared with shared, timing alone, so no pool times while another's
+worker uses the same GPU."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 NONE, SHARED, EXCLUSIVE = 0, 1, 2
 POLL_S = 0.001
 OCCUPANCY = ("timed", "draining", "shared", "idle")  # the GPU's states, by what holds its lock
 # what a shared hold is for: the evaluation's stages, then work outside them (`device_work`); anything else "other"
-HOLDS = ("construct", "trials", "second_shape", "inputs", "reverify", "start_up", "release_cache", "other")
+HOLDS = (
+    "construct",
+    "trials",
+    "second_shape",
+    "inputs",
+    "reverify",
+    "start_up",
+    "release_cache",
+    "problem_check",
+    "other",
+)
+
+
+HOST_LOCKS = "KZ_GPU_LOCKS"  # the folder of the host-wide GPU locks; "off" takes none
+HOST_POLL_S = 0.002
+HOST_WAIT_S = 900.0  # the longest a hold waits for other processes before going on without the host-wide lock
+
+
+class HostLock:
+    """One GPU's readers-writer lock across every process on this machine: two files under the host's lock
+    folder named by the GPU's UUID, held with ``flock`` (the kernel lets go of a dead process's hold, whatever
+    killed it). Shared holds overlap; an exclusive one waits for them to end, and while it waits and holds, it
+    keeps the turnstile file, which every shared hold passes through first, so new readers queue behind it and
+    a timing is never starved. Pickles as its paths: each process (and each lock index in it, so threads stand
+    for workers in tests) opens its own descriptors, read-only, which a read-only sandbox allows."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fds: dict[int, tuple[int, int]] = {}
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+    def _files(self, me: int) -> tuple[int, int]:
+        if me not in self._fds:
+            self._fds[me] = (os.open(self.path + ".lock", os.O_RDONLY), os.open(self.path + ".turn", os.O_RDONLY))
+        return self._fds[me]
+
+    def acquire(self, me: int, exclusive: bool, wait_s: float = HOST_WAIT_S) -> Callable[[], None] | None:
+        """Take the hold, waiting up to ``wait_s``; returns what lets go of it, or None when another process
+        kept the GPU longer than that (a process that cannot exit, stuck in the driver, holds it forever; going
+        on without the hold is better than a pool that never finishes, and the caller records it)."""
+        main, turn = self._files(me)
+        until = time.monotonic() + wait_s
+        if not _flock(turn, fcntl.LOCK_EX, until):
+            return None
+        if not exclusive:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            if not _flock(main, fcntl.LOCK_SH, until):
+                return None
+            return lambda: fcntl.flock(main, fcntl.LOCK_UN)
+        try:
+            if not _flock(main, fcntl.LOCK_EX, until):
+                fcntl.flock(turn, fcntl.LOCK_UN)
+                return None
+        except BaseException:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            raise
+
+        def release() -> None:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+        return release
+
+
+def _flock(fd: int, kind: int, until: float) -> bool:
+    """``flock(fd, kind)``, polled until the monotonic time ``until``: whether it was taken."""
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                return False
+            time.sleep(HOST_POLL_S)
+
+
+def host_lock(gpu: str, environ=os.environ) -> tuple[HostLock | None, str]:
+    """The host-wide lock of visible GPU ``gpu`` (its files made here if absent) and where it lives, or None and
+    why there is none: ``KZ_GPU_LOCKS=off``, or a folder that cannot be written. The folder: ``KZ_GPU_LOCKS``,
+    else ``kzcore-gpu-locks`` in the system's temporary folder, open to every user (sticky, like /tmp), so
+    every user's runs on a GPU see one lock."""
+    where = environ.get(HOST_LOCKS, "")
+    if where.lower() == "off":
+        return None, f"off ({HOST_LOCKS}=off)"
+    folder = Path(where) if where else Path(tempfile.gettempdir()) / "kzcore-gpu-locks"
+    path = folder / f"gpu-{gpu_identity(gpu, environ)}"
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            if not where:
+                os.chmod(folder, 0o1777)
+        for suffix in (".lock", ".turn"):
+            fd = os.open(str(path) + suffix, os.O_RDONLY | os.O_CREAT, 0o666)
+            os.close(fd)
+    except OSError as exc:
+        return None, f"off (cannot make {path}.lock: {exc.strerror or exc})"
+    return HostLock(str(path)), f"{path}.lock"
+
+
+def gpu_identity(gpu: str, environ=os.environ) -> str:
+    """A name for visible GPU ``gpu`` that is the same in every process on the machine, whatever its
+    CUDA_VISIBLE_DEVICES: the device's UUID, else its machine index."""
+    from kzcore.executors.devices import physical_gpu
+
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(int(gpu)).uuid)
+    except Exception:  # a torch without the property, or no device behind the number
+        uuid = ""
+    name = uuid or f"index{physical_gpu(gpu, environ)}"
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 class DeviceLock:
-    def __init__(self, ctx, n_workers: int):
+    def __init__(self, ctx, n_workers: int, host: HostLock | None = None):
+        self.host = host  # the GPU's host-wide lock, taken inside this one's holds (None: this pool only)
         self.mutex = ctx.Lock()
         self.readers = ctx.Value("i", 0, lock=False)
         self.writer = ctx.Value("i", 0, lock=False)  # set while a writer holds or waits for the lock
@@ -113,7 +240,8 @@ class DeviceLock:
             self.reader_since[me] = self.turn.value
         self._until(me, take)
         try:
-            yield
+            with self._across_runs(me, exclusive=False) as across:
+                yield across
         finally:
             with self.mutex:
                 self._account()
@@ -135,13 +263,34 @@ class DeviceLock:
         self._until(me, claim)
         self._until(me, lambda: self.readers.value == 0)
         try:
-            yield
+            with self._across_runs(me, exclusive=True) as across:
+                yield across
         finally:
             with self.mutex:
                 self._account()
                 self.writer.value = 0
                 self.turn.value += 1
                 self.holding[me] = NONE
+
+    @contextlib.contextmanager
+    def _across_runs(self, me: int, exclusive: bool):
+        """The host-wide hold of the same kind, taken once this pool's is held (always in this order, so no
+        two holds wait on each other); while it waits, ``is_waiting`` says so, and the job's clock stops.
+        Yields whether the GPU is held across runs: False only when the host-wide hold was given up on
+        (`HostLock.acquire`)."""
+        if self.host is None:
+            yield True
+            return
+        self.waiting[me] = 1
+        try:
+            release = self.host.acquire(me, exclusive)
+        finally:
+            self.waiting[me] = 0
+        try:
+            yield release is not None
+        finally:
+            if release is not None:
+                release()
 
     def is_waiting(self, me: int) -> bool:
         return bool(self.waiting[me])

@@ -21,10 +21,10 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def physical_gpu(index: str) -> str:
+def physical_gpu(index: str, environ=os.environ) -> str:
     """The CUDA_VISIBLE_DEVICES entry for this process's visible GPU number ``index``: with
     ``CUDA_VISIBLE_DEVICES=2,3`` set for kz, visible GPU 1 is the machine's GPU 3 (or a UUID)."""
-    visible = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    visible = [x.strip() for x in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
     if visible and int(index) < len(visible):
         return visible[int(index)]
     return index

@@ -25,7 +25,7 @@ from kzcore.executors.channel import (  # noqa: F401 (re-exported)
     _bound_reads,
     receive,
 )
-from kzcore.executors.devicelock import DeviceLock
+from kzcore.executors.devicelock import DeviceLock, host_lock
 from kzcore.executors.devices import gpu_count, physical_gpu, pool_gpus, resolve_device  # noqa: F401 (re-exported)
 from kzcore.executors.jobqueue import JobQueue
 from kzcore.executors.lifecycle import (  # noqa: F401 (re-exported)
@@ -76,9 +76,13 @@ class LocalPool:
             spares = {None: self.config.standby_workers}
         # each worker of a GPU, spares included, holds its own index into that GPU's lock while it lives
         free_locks = {gpu: list(range(self.slots.count(gpu) + n)) for gpu, n in spares.items()}
-        if self.device == "cuda" and len(self.slots) > len(spares):
-            # several workers share a GPU: timing must hold it alone
-            self.locks = {gpu: DeviceLock(self.ctx, len(free)) for gpu, free in free_locks.items()}
+        self.shares_gpus = self.device == "cuda" and len(self.slots) > len(spares)  # several workers on a GPU
+        self.host_locks: dict[str, str] = {}  # by GPU: its host-wide lock's file, or why it has none
+        if self.device == "cuda":
+            # timing must hold the GPU alone: from this pool's other workers, and from other runs' (HostLock)
+            for gpu, free in free_locks.items():
+                host, self.host_locks[str(gpu)] = host_lock(str(gpu))
+                self.locks[gpu] = DeviceLock(self.ctx, len(free), host)
         self.memory_limit = memory_limit_for(len(self.slots) + sum(spares.values()))
         self.costs: dict[tuple, float] = {}  # seconds per job of each problem, learned (JobQueue)
         # START_TIMEOUT_S is read here, so a test that shortens it affects the pools it then makes
@@ -128,8 +132,10 @@ class LocalPool:
 
     @property
     def info(self) -> dict:
-        """What the first worker to start reported (torch, device name, sandbox fences, start-up phases)."""
-        return self.lifecycle.info
+        """What the first worker to start reported (torch, device name, sandbox fences, start-up phases), and on
+        a GPU where each GPU's host-wide lock lives (``gpu_locks``), or why there is none."""
+        info = self.lifecycle.info
+        return {**info, "gpu_locks": dict(self.host_locks)} if info and self.host_locks else info
 
     @property
     def replaced(self) -> int:
@@ -174,8 +180,8 @@ class LocalPool:
                 yield attrs.evolve(result, timing_note="; ".join(x for x in (ALONE_NOTE, result.timing_note) if x))
 
     def _shares_device(self) -> bool:
-        """Whether jobs run beside other jobs on one GPU (several workers per GPU)."""
-        return bool(self.locks)
+        """Whether jobs run beside other jobs of this pool on one GPU (several workers per GPU)."""
+        return self.shares_gpus
 
     def _run(self, queue: JobQueue) -> Iterator[tuple]:
         """(job, result) for every job of ``queue``, as each finishes."""

@@ -218,8 +218,10 @@ def run_job(job, pm, workdir, device: str, gpu_lock=None, lock_index: int = 0):
         return evaluate_job(job, pm, workdir, device, gpu_lock=gpu_lock, lock_index=lock_index)
     if isinstance(job, ProblemCheckJob):
         from kzcore.evaluate.problem_check import check_problem_job
+        from kzcore.executors.devicelock import device_work
 
-        return check_problem_job(job, workdir, device)
+        with device_work("problem_check"):  # its reference runs on the GPU: never while a worker times
+            return check_problem_job(job, workdir, device)
     raise TypeError(f"an evaluator worker runs EvalJob and ProblemCheckJob, not {type(job).__name__}")
 
 
