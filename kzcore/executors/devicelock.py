@@ -70,7 +70,7 @@ class HostLock:
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        self.path, self._fds = state["path"], {}
 
     def _files(self, me: int) -> tuple[int, int]:
         if me not in self._fds:
