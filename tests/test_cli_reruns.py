@@ -192,27 +192,54 @@ def test_ctrl_c_before_the_first_completion_leaves_no_empty_file(tmp_path):
     assert out.exists()
 
 
-def test_a_problem_the_check_reached_no_verdict_on_is_named_and_recorded(tmp_path, own_workers):
+def test_a_problem_the_check_reached_no_verdict_on_is_named_recorded_and_checked_again(tmp_path, own_workers):
     """A problem whose reference does not run gets no verdict from the problem check: it is not flagged (its
     candidates' results say what happened), and `kz eval` says so on one line and records it in the run header,
-    next to the flagged ones, instead of counting it silently."""
+    next to the flagged ones, instead of counting it silently. Run again once the reference runs (here a file
+    it needs appears; its source is unchanged, so no result is evaluated again), the command checks that
+    problem again and its saved results take the verdict: this one is degenerate at small size, so they leave
+    the scores."""
     from kzcore.results import read_headers
 
     problems, solutions, out = tmp_path / "problems" / "level1", tmp_path / "solutions", tmp_path / "r.jsonl"
     problems.mkdir(parents=True)
     solutions.mkdir()
-    broken = SHRUNK_SOFTMAX.replace("return torch.softmax(x, dim=1)", 'raise RuntimeError("no reference here")')
-    (problems / "1_Broken.py").write_text(broken)
+    needed = tmp_path / "needed"
+    late = SHRUNK_SOFTMAX.replace(
+        "        return torch.softmax(x, dim=1)",
+        f"        if not __import__('os').path.exists({str(needed)!r}):\n"
+        "            raise RuntimeError('no reference here')\n"
+        "        return torch.softmax(x, dim=1)",
+    )
+    assert late != SHRUNK_SOFTMAX
+    (problems / "1_Late.py").write_text(late)
     (problems / "2_ShrunkSoftmax.py").write_text(SHRUNK_SOFTMAX)
-    for name, source in (("1_Broken", broken), ("2_ShrunkSoftmax", SHRUNK_SOFTMAX)):
-        (solutions / f"{name}.py").write_text(source.replace("class Model(", "class ModelNew("))
-    proc = kz("eval", "--problems", str(problems.parent), "--solutions", str(solutions), "--out", str(out), *EVAL)
+    (solutions / "1_Late.py").write_text(SHRUNK_SOFTMAX.replace("class Model(", "class ModelNew("))
+    (solutions / "2_ShrunkSoftmax.py").write_text(SHRUNK_SOFTMAX.replace("class Model(", "class ModelNew("))
+    args = ("eval", "--problems", str(problems.parent), "--solutions", str(solutions), "--out", str(out), *EVAL)
+    proc = kz(*args)
     assert proc.returncode == 0, proc.stderr
     line = " ".join(proc.stderr.split())  # rich wraps the console's lines
     assert "the problem check reached no verdict on 1 problem(s)" in line
-    assert "level1/1_Broken (does not run: RuntimeError: no reference here" in line
+    assert "level1/1_Late (does not run: RuntimeError: no reference here" in line
     (header,) = read_headers(out)
-    assert list(header["problem_check"]["unchecked"]) == ["level1/1_Broken"]
+    assert header["problem_check"]["checked"] == ["level1/1_Late", "level1/2_ShrunkSoftmax"]
+    assert list(header["problem_check"]["unchecked"]) == ["level1/1_Late"]
     assert list(header["problem_check"]["flagged"]) == ["level1/2_ShrunkSoftmax"]
     by = {r.problem: r for r in read_results(out)}
-    assert not by["1_Broken"].problem_degenerate and by["2_ShrunkSoftmax"].problem_degenerate
+    assert not by["1_Late"].problem_degenerate and by["2_ShrunkSoftmax"].problem_degenerate
+    assert "level1/1_Late: left out" not in proc.stdout
+
+    needed.write_text("")
+    again = kz(*args)
+    assert again.returncode == 0, again.stderr
+    assert "no verdict" not in again.stderr and "2 result(s) already in" in " ".join(again.stderr.split())
+    headers = read_headers(out)
+    assert len(headers) == 2 and headers[1]["problem_check"]["checked"] == ["level1/1_Late"]
+    assert list(headers[1]["problem_check"]["flagged"]) == ["level1/1_Late"]
+    late_result = {r.problem: r for r in read_results(out)}["1_Late"]
+    assert late_result.problem_degenerate and late_result.status is by["1_Late"].status  # same verdict, flagged
+    assert "level1/1_Late: left out of the scores" in again.stdout
+
+    third = kz(*args)  # nothing left unvouched: no pool, no new header
+    assert third.returncode == 0 and len(read_headers(out)) == 2

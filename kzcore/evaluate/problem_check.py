@@ -163,7 +163,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
         if peak > budget:
             raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {budget / 2**30:.2f} GiB memory budget")
         fields["ok_runs"] = True
-        if changed:  # it runs, so `kz eval` flags it (runner.problem_flags) and leaves its results out of the scores
+        if changed:  # it runs, so `kz eval` flags it (runner.flagged_problems) and leaves its results out of the scores
             raise _Failed(
                 "the reference changes itself while it runs (" + ", ".join(f"`{c}`" for c in changed[:4]) + "): "
                 "the evaluator's problem watch would judge every candidate on it hack_suspected"
@@ -275,14 +275,17 @@ def cache_key(problem: Problem, config: EvalConfig, device: str, executor: str =
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: str) -> dict[str, ProblemReport]:
+def checked_problems(
+    problems: list[Problem], config: EvalConfig, pool, device: str, executor: str = ""
+) -> dict[str, ProblemReport]:
     """A report per problem key: from the on-disk cache (``<kz cache>/problem-checks``) or checked now
     through ``pool``, with the budget taken from the device. Reports of checks that did not finish (a
-    timeout, a lost worker) are not cached."""
+    timeout, a lost worker) are not cached. With ``pool`` None, only the cached reports (``executor``, the
+    executor's class path, names them)."""
     from kzcore.cache import PROBLEM_CHECKS, cache_dir
 
     folder = cache_dir(PROBLEM_CHECKS)
-    executor = f"{type(pool).__module__}.{type(pool).__qualname__}"
+    executor = executor or f"{type(pool).__module__}.{type(pool).__qualname__}"
     reports, todo = {}, []
     for p in problems:
         path = folder / f"{cache_key(p, config, device, executor)}.json"
@@ -290,7 +293,7 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
             reports[p.key] = from_json(ProblemReport, json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             todo.append(p)
-    if todo:
+    if todo and pool is not None:
         jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=DEVICE_BUDGET) for p in todo]
         fresh = {r.key: r for r in pool.map(jobs)}
         for p in todo:

@@ -13,7 +13,7 @@ import attrs
 from kzcore.evaluate.reftimes import ReferenceTimes
 from kzcore.executors import Executor, open_executor
 from kzcore.plugins import get_plugin_manager, plugin_specs, require_language
-from kzcore.results import ResultsWriter, read_results, run_header
+from kzcore.results import ResultsWriter, read_headers, read_results, run_header
 from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem
 
 
@@ -102,10 +102,13 @@ class ProblemVerdicts:
 
     flagged: dict[tuple[int, str], str] = attrs.field(factory=dict)
     unchecked: dict[tuple[int, str], str] = attrs.field(factory=dict)
+    checked: list[tuple[int, str]] = attrs.field(factory=list)  # every problem asked about
 
     def summary(self) -> dict:
-        """The verdicts as the results file's run header records them (``level<L>/<name>`` → reason)."""
+        """The verdicts as the results file's run header records them: the problems asked about
+        (``level<L>/<name>``), and those flagged or left unchecked (label → reason)."""
         return {
+            "checked": [f"level{lv}/{name}" for lv, name in sorted(self.checked)],
             "flagged": {f"level{lv}/{name}": why for (lv, name), why in sorted(self.flagged.items())},
             "unchecked": {f"level{lv}/{name}": why for (lv, name), why in sorted(self.unchecked.items())},
         }
@@ -117,15 +120,33 @@ def unchecked_line(unchecked: dict[tuple[int, str], str], limit: int = 4) -> str
     more = f"; … and {len(named) - limit} more" if len(named) > limit else ""
     return (
         f"the problem check reached no verdict on {len(named)} problem(s), whose results count unvouched for "
-        f"(`kz suite check` checks them again): {'; '.join(named[:limit])}{more}"
+        f"(the same command run again checks them again): {'; '.join(named[:limit])}{more}"
     )
 
 
-def problem_flags(jobs: list[EvalJob], config: EvalConfig, pool) -> ProblemVerdicts:
-    """The problem check's verdicts (`flagged_problems`) on every problem of ``jobs``."""
-    if not jobs:
-        return ProblemVerdicts()
-    return flagged_problems(list({(j.problem.level, j.problem.name): j.problem for j in jobs}.values()), config, pool)
+def unvouched_problems(out: Path) -> set[tuple[int, str]]:
+    """The (level, name) of problems that the latest run header of ``out`` to mention them records as
+    ``problem_check.unchecked``: their saved results were filed without a verdict on the problem."""
+    last: dict[tuple[int, str], bool] = {}
+    for header in read_headers(out):
+        record = header.get("problem_check") or {}
+        unchecked = record.get("unchecked") or {}
+        for label in [*(record.get("checked") or []), *unchecked]:
+            level, _, name = str(label).removeprefix("level").partition("/")
+            if level.isdigit() and name:
+                last[(int(level), name)] = label in unchecked
+    return {key for key, unchecked in last.items() if unchecked}
+
+
+def reflag(result: EvalResult, verdicts: ProblemVerdicts, checked: set[tuple[int, str]], writer) -> EvalResult:
+    """``result`` (saved by an earlier run) with its problem's flag as the verdicts on ``checked`` give it now;
+    where that changed, the new line goes to ``writer`` (a later line for a key replaces the earlier one)."""
+    key = (result.level, result.problem)
+    if key not in checked or result.problem_degenerate == verdicts.flagged.get(key, ""):
+        return result
+    result = attrs.evolve(result, problem_degenerate=verdicts.flagged.get(key, ""))
+    writer.write(result)
+    return result
 
 
 def flagged_problems(problems: list[Problem], config: EvalConfig, pool) -> ProblemVerdicts:
@@ -138,7 +159,7 @@ def flagged_problems(problems: list[Problem], config: EvalConfig, pool) -> Probl
 
     device = getattr(pool, "device", None) or config.device
     reports = checked_problems(problems, config, pool, device)
-    verdicts = ProblemVerdicts()
+    verdicts = ProblemVerdicts(checked=[(p.level, p.name) for p in problems])
     for p in problems:
         for reasons, why in ((verdicts.flagged, degenerate_reason), (verdicts.unchecked, unchecked_reason)):
             if reason := why(reports[p.key]):
@@ -183,18 +204,25 @@ def evaluate(
     if on_start:
         on_start(len(previous), len(jobs))
     results = list(previous)
-    if not jobs:
+    # saved results whose problem an earlier run filed without a verdict: checked again now
+    unvouched = unvouched_problems(out) & {(r.level, r.problem) for r in previous} if config.problem_check else set()
+    if not jobs and not unvouched:
         return results
     prepare_candidates(jobs, config, pm)
     own = isinstance(executor, str)  # a name: this call opens (warm-up before the header) and closes it
     pool = open_executor(executor, workers=workers, config=config, pm=pm) if own else executor
     writer = ResultsWriter(out)
     try:
-        verdicts = problem_flags(jobs, config, pool)
+        asked = {(j.problem.level, j.problem.name): j.problem for j in jobs}
+        asked |= {k: p for p in problems if (k := (p.level, p.name)) in unvouched and k not in asked}
+        checked = list(asked.values())
+        verdicts = flagged_problems(checked, config, pool)
         if verdicts.unchecked and on_unchecked:
             on_unchecked(verdicts.unchecked)
         header = run_header(config, dict(getattr(pool, "info", {})), plugin_specs(pm), pm=pm)
         writer.write_header(header | {"problem_check": verdicts.summary()})
+        if config.problem_check:
+            results = [reflag(r, verdicts, set(asked), writer) for r in results]
         flags = verdicts.flagged
         for result in ReferenceTimes.of(pool).checked(pool.map(jobs), jobs):
             if flags.get((result.level, result.problem)):
