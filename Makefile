@@ -22,7 +22,7 @@ PIPR   := scripts/retry 3 $(PIP) --resume-retries 50 --retries 10 --timeout 60
 # installed under the lock less those two lines ($(VENV)/constraints.txt).
 $(STAMP): $(LOCK) pyproject.toml plugins/triton/pyproject.toml plugins/models/pyproject.toml plugins/cuda/pyproject.toml plugins/ray/pyproject.toml plugins/suites/pyproject.toml tests/plugins/kz_pylang/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) --upgrade pip
+	scripts/retry 3 $(PIP) --upgrade pip
 	if $(PY) -c "import torch" 2>/dev/null; then grep -vE '^(torch|triton)==' $(LOCK); else cat $(LOCK); fi > $(VENV)/constraints.txt
 	$(PY) -c "import torch" 2>/dev/null || $(PIPR) -c $(LOCK) $(TORCH)
 	$(PIPR) -c $(VENV)/constraints.txt $(PACKAGES)
