@@ -275,17 +275,14 @@ def cache_key(problem: Problem, config: EvalConfig, device: str, executor: str =
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def checked_problems(
-    problems: list[Problem], config: EvalConfig, pool, device: str, executor: str = ""
-) -> dict[str, ProblemReport]:
+def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: str) -> dict[str, ProblemReport]:
     """A report per problem key: from the on-disk cache (``<kz cache>/problem-checks``) or checked now
     through ``pool``, with the budget taken from the device. Reports of checks that did not finish (a
-    timeout, a lost worker) are not cached. With ``pool`` None, only the cached reports (``executor``, the
-    executor's class path, names them)."""
+    timeout, a lost worker) are not cached."""
     from kzcore.cache import PROBLEM_CHECKS, cache_dir
 
     folder = cache_dir(PROBLEM_CHECKS)
-    executor = executor or f"{type(pool).__module__}.{type(pool).__qualname__}"
+    executor = f"{type(pool).__module__}.{type(pool).__qualname__}"
     reports, todo = {}, []
     for p in problems:
         path = folder / f"{cache_key(p, config, device, executor)}.json"
@@ -293,7 +290,7 @@ def checked_problems(
             reports[p.key] = from_json(ProblemReport, json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             todo.append(p)
-    if todo and pool is not None:
+    if todo:
         jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=DEVICE_BUDGET) for p in todo]
         fresh = {r.key: r for r in pool.map(jobs)}
         for p in todo:
