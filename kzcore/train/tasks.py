@@ -154,16 +154,10 @@ class RunProblems:
             from kzcore.evaluate.runner import flagged_problems
 
             verdicts = flagged_problems(self.heldout, config, self.context.executor)
-            flagged = {
-                label(p): verdicts.flagged[(p.level, p.name)]
-                for p in self.heldout
-                if (p.level, p.name) in verdicts.flagged
-            }
-            unchecked = {
-                label(p): verdicts.unchecked[(p.level, p.name)]
-                for p in self.heldout
-                if (p.level, p.name) in verdicts.unchecked
-            }
+            flagged, unchecked = (
+                {label(p): reasons[(p.level, p.name)] for p in self.heldout if (p.level, p.name) in reasons}
+                for reasons in (verdicts.flagged, verdicts.unchecked)
+            )
             record = {
                 "problem_check": config.problem_check,
                 "problems": names,
