@@ -7,12 +7,15 @@ messages), `executors.devicelock` (the GPU lock each worker holds an index of)."
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import signal
 import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from pathlib import Path
 
 from kzcore.errors import KzError
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
@@ -22,6 +25,48 @@ from kzcore.types import EvalJob
 
 MAX_START_FAILURES = 3
 EXIT_TIMEOUT_S = 30.0  # a killed worker that has not exited by then is left to close() and its slot restarted
+SCRATCH_PREFIX = "kz-sandbox"
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (its inode number), so that a scratch directory's owner PID is only ever
+    looked up where it means the same process; "0" where /proc does not say."""
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or "0"
+    except OSError:
+        return "0"
+
+
+def make_scratch(worker_id: int) -> str:
+    """A new scratch directory for worker ``worker_id``, named after the pool's process (PID and PID namespace),
+    so that one left behind by a pool that was killed can be told from one in use (`sweep_scratch`)."""
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{worker_id}-p{os.getpid()}.{_pid_namespace()}-")
+
+
+def sweep_scratch(folder: str | None = None) -> int:
+    """Delete the scratch directories whose pool process is gone: a pool deletes its workers' when they end,
+    but one killed outright (SIGKILL, a cluster's time limit, a lost node) leaves them, compiler caches and
+    all, in the temporary folder. Only directories of this PID namespace are judged; a PID that is alive, or
+    that this process may not signal, keeps its directory. Returns how many were deleted."""
+    names = re.compile(rf"{SCRATCH_PREFIX}\d+-p(\d+)\.{_pid_namespace()}-[^/]+")
+    deleted = 0
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-p*"):
+        match = names.fullmatch(path.name)
+        if not match or not path.is_dir() or _alive(int(match.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        deleted += not path.exists()
+    return deleted
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class _Worker:
@@ -43,7 +88,7 @@ class _Worker:
         self.lock, self.lock_index = lock, lock_index
         self.conn, child = ctx.Pipe()
         _bound_reads(self.conn)
-        self.scratch = tempfile.mkdtemp(prefix=f"kz-sandbox{worker_id}-")  # deleted by kill()
+        self.scratch = make_scratch(worker_id)  # deleted by kill(), or by a later pool's sweep_scratch
         self.proc = ctx.Process(
             target=worker_main,
             args=(child, worker_id, device, env, specs, tf32, lock, lock_index, memory_limit, self.scratch, caches),
@@ -188,6 +233,7 @@ class WorkerLifecycle:
         still starting included); on any failure close them all and raise."""
         try:
             if not self.workers:
+                sweep_scratch()  # what pools killed before they could clean up left behind
                 for w in [self._spawn(i) for i in range(len(self.slots))]:
                     self.workers[w.slot_index] = w
                 self.spares = [self._spawn(None, gpu) for gpu, n in self.spare_plan.items() for _ in range(n)]
