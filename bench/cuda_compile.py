@@ -23,7 +23,6 @@ import platform
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.report import Terminated, complete, cut_short, scratch_dir, sigterm_raises, write_json_atomic  # noqa: E402
 
 BUILTIN_SUITE = ROOT / "plugins" / "suites" / "kz_suites" / "builtin"  # the kz_suites plugin's data
 SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda"
@@ -39,7 +38,7 @@ INLINE_SOLUTIONS = BUILTIN_SUITE / "solutions" / "cuda-inline"
 
 
 def _fresh_cache() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="kz-bench-cache-"))
+    path = Path(scratch_dir("kz-bench-cache-"))
     os.environ["KZ_CACHE"] = str(path)
     return path
 

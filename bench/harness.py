@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.report import Terminated, complete, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.report import Terminated, complete, cut_short, scratch_dir, sigterm_raises, write_json_atomic  # noqa: E402
 
 
 def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = None, on_level=None) -> dict:
@@ -63,7 +63,7 @@ def throughput_pass(problems, candidates, by_key, args, pm, out: dict | None = N
                 "dispatch": "first-in-first-out" if args.window else "longest-first",
                 "triton_always_compile": os.environ.get("TRITON_ALWAYS_COMPILE") == "1"})  # fmt: skip
     for level in sorted({c.level for c in candidates}):
-        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")
+        os.environ["TRITON_CACHE_DIR"] = scratch_dir("kz-bench-triton-cache-")
         pool = LocalPool(config=config, plugins=plugin_specs(pm))
         if args.window:
             pool.queue_class = FifoQueue
@@ -152,7 +152,7 @@ def latency_pass(candidates, by_key, args, pm, state: dict) -> None:
     from kzcore.types import EvalConfig, EvalJob
 
     config = EvalConfig(device=args.device, size=args.size)
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-bench-triton-cache-")  # empty cache
+    os.environ["TRITON_CACHE_DIR"] = scratch_dir("kz-bench-triton-cache-")  # empty cache
     pool = state["pool"] = LocalPool(workers=args.workers, config=config, plugins=plugin_specs(pm))
     rows = state["rows"]
     try:

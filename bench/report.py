@@ -69,3 +69,15 @@ def complete(report: dict, out: str | Path | None) -> int:
     if out:
         write_json_atomic(out, report)
     return 0
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new temporary directory, deleted when the bench's process exits: a bench's caches and work files, none
+    of them a result."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
+    return path

@@ -26,7 +26,6 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -517,7 +516,9 @@ def ground_truth(bench, args, measured: Measured | None = None) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     measured.cases = cases(bench.problems, bench.solutions, args.gt_problems or FULL, args.device)
-    workdir = Path(tempfile.mkdtemp(prefix="kz-ground-truth-"))
+    from bench.report import scratch_dir
+
+    workdir = Path(scratch_dir("kz-ground-truth-"))
     _measure_direct(bench, args, measured, workdir)
     measured.done("direct")
     if getattr(args, "gt_placements", 0):

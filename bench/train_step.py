@@ -16,7 +16,6 @@ import json
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.report import Terminated, cut_short, sigterm_raises, write_json_atomic  # noqa: E402
+from bench.report import Terminated, cut_short, scratch_dir, sigterm_raises, write_json_atomic  # noqa: E402
 
 
 def build_model(kind: str, path: Path) -> Path:
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     cuda = torch.cuda.is_available()
-    work = Path(tempfile.mkdtemp(prefix="kz-train-step-"))
+    work = Path(scratch_dir("kz-train-step-"))
     state: dict = {"args": args, "cuda": cuda, "work": work, "generation_s": []}
     try:
         with sigterm_raises():

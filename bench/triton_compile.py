@@ -17,7 +17,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.report import Terminated, complete, cut_short, sigterm_raises  # noqa: E402
+from bench.report import Terminated, complete, cut_short, scratch_dir, sigterm_raises  # noqa: E402
 
 CONV = ROOT / "plugins" / "suites" / "kz_suites" / "builtin" / "solutions" / "triton" / "level2"
 # the built-in level-2 convolution solutions and the constexprs their forward passes at full size
@@ -56,7 +55,7 @@ def compile_once(path: Path, kernel: str, consts: dict, floats: set, capability:
         for n in names
     }
     constexprs = {(names.index(n),): v for n, v in consts.items() if n in names}
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kz-compile-cache-")  # nothing cached
+    os.environ["TRITON_CACHE_DIR"] = scratch_dir("kz-compile-cache-")  # nothing cached
     t = time.perf_counter()
     compiled = triton.compile(
         ASTSource(fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", capability, 32)
