@@ -29,6 +29,7 @@ HEADLINES = {
     "placement-probe": ("summary.kept.cand_cv",),
     "sampling": ("speedup_tokens_per_s",),
     "schedule": ("wall_ratio_fifo_over_longest_first",),
+    "side_by_side": ("locked_max", "unlocked_max"),
     "throughput": ("speedup_vs_first.4",),
     "timing": ("summary.max_speedup_cv",),
     "timing-ground-truth": ("summary.worst.4w.max_dev_vs_truth", "summary.worst.4w.max_dev_vs_do_bench"),

@@ -58,6 +58,7 @@ BENCHES = (
     Bench("placement_probe", "gpu", "does a kernel's speed depend on where its inputs lie in device memory"),
     Bench("profile_report", "cpu", "merge the per-job cProfiles of KZ_WORKER_PROFILE=DIR and print the top functions"),
     Bench("sampling", "cpu", "the hf policy's sampling speed (tokens/s) at several batch sizes"),
+    Bench("side_by_side", "gpu", "two kz eval runs on one GPU, with and without the host-wide GPU lock, vs alone"),
     Bench("schedule", "cpu", "one batch dispatched first-in-first-out vs longest expected first: wall time and drain"),
     Bench("throughput", "gpu", "one batch of 72 short kernels through 1 and through N workers per GPU: the speedup"),
     Bench("timing", "gpu", "timing fidelity of the evaluator and its defences' cost (--ground-truth: vs do_bench)"),
