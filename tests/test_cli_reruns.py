@@ -229,6 +229,8 @@ def test_a_problem_the_check_reached_no_verdict_on_is_named_recorded_and_checked
     by = {r.problem: r for r in read_results(out)}
     assert not by["1_Late"].problem_degenerate and by["2_ShrunkSoftmax"].problem_degenerate
     assert "level1/1_Late: left out" not in proc.stdout
+    report = kz("report", str(out))
+    assert "1 problem(s) counted without a problem-check verdict" in report.stdout and "level1/1_Late" in report.stdout
 
     needed.write_text("")
     again = kz(*args)
@@ -240,6 +242,7 @@ def test_a_problem_the_check_reached_no_verdict_on_is_named_recorded_and_checked
     late_result = {r.problem: r for r in read_results(out)}["1_Late"]
     assert late_result.problem_degenerate and late_result.status is by["1_Late"].status  # same verdict, flagged
     assert "level1/1_Late: left out of the scores" in again.stdout
+    assert "without a problem-check verdict" not in kz("report", str(out)).stdout
 
     third = kz(*args)  # nothing left unvouched: no pool, no new header
     assert third.returncode == 0 and len(read_headers(out)) == 2

@@ -29,6 +29,21 @@ def _print_scores(results, k: int, problems, include_degenerate: bool, console) 
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _print_unvouched(path: Path, results, console) -> None:
+    """One line naming the problems whose results were filed without a problem-check verdict (the results file's
+    run headers say which): they are in the scores, and nothing says those problems tell a kernel from none."""
+    from kzcore.evaluate.runner import unvouched_problems
+
+    scored = {(r.level, r.problem) for r in results}
+    names = [f"level{lv}/{name}" for lv, name in sorted(unvouched_problems(path) & scored)]
+    if names:
+        console.print(
+            f"[yellow]{len(names)} problem(s) counted without a problem-check verdict (kz eval run again checks "
+            f"them): {', '.join(names[:10])}{', …' if len(names) > 10 else ''}[/yellow]",
+            soft_wrap=True,
+        )
+
+
 def _cmd_report(args) -> int:
     from rich.console import Console
 
@@ -43,6 +58,7 @@ def _cmd_report(args) -> int:
         raise KzError(f"{path}: holds no results")
     console = Console()
     _print_scores(results, args.k, (), args.include_degenerate, console)
+    _print_unvouched(path, results, console)
     png = report_plots(results, Path(args.plot) if args.plot else path.with_suffix(".plots.png"))
     timed = any(r.correct and r.speedup for r in results)
     console.print(f"plots: {png} (verdicts per level{', speedup histogram' if timed else ''})")
