@@ -112,6 +112,13 @@ class EvalConfig:
         attrs.validators.in_(INPUT_VARIATIONS), choices=INPUT_VARIATIONS,
     )  # fmt: skip
     input_scale_decades: float = _setting(2.0, "varied inputs are scaled by 10**u, |u| <= this", attrs.validators.ge(0))
+    # The trials' draws (seeds, scales, the second shape's inputs) are salted per evaluation with a secret drawn
+    # once the candidate is built, so no candidate can replay them ahead and store the answers
+    secret_inputs: bool = _setting(
+        True,
+        "salting each evaluation's trial inputs with a secret drawn after the candidate is built (off: they "
+        "follow --seed alone)",
+    )
     # With freshly constructed models, when the problem defines the profile (or one can be derived): catches
     # kernels that hard-code the tested shape
     second_shape: str = _setting(

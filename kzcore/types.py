@@ -295,6 +295,7 @@ class EvalResult:
     reverified: bool = False  # an implausible speedup passed re-verification (EvalConfig.implausible_speedup)
     timed_checks: int = 0  # timed pairs whose outputs were checked (EvalConfig.timed_check_share)
     spot_checked: int = 0  # timed pairs compared at drawn positions (EvalConfig.timed_spots)
+    input_salt: int = 0  # the secret the trials' inputs were salted with (EvalConfig.secret_inputs; 0: none)
     # the first trial's relative L2 error, and the reference's own with TF32-rounded operands where it was
     # measured (EvalConfig.precision: kzcore/evaluate/precision.py)
     rel_l2_err: float | None = None

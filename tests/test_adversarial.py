@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kz_cuda.static import check_source as cuda_check_source
@@ -124,6 +125,15 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         ("side_stream", "1_ReLU", "`torch.cuda.Stream`: side CUDA streams are not allowed"),
         # (d) torch function mode: escape_violations' OVERRIDE_NAMES and the Tensor/Mode subclass rule
         ("torch_function", "1_ReLU", "class `ReluIsACopy` subclasses `TorchFunctionMode`"),
+        # host compute: NumPy on `.numpy()`, copied back by a kernel (static.METHOD_HOST)
+        ("numpy_host_compute", "19_Matmul", "`.numpy()` takes tensor data to Python or NumPy in the forward path"),
+        # torch inside a @triton.jit body (the CPU interpreter runs it as Python): kz_triton.static.kernel_violations
+        ("kernel_body_torch", "11_Softmax", "`torch` inside @triton.jit kernel `softmax_kernel`"),
+        ("kernel_body_helper", "11_Softmax", "calls `_finish` inside @triton.jit kernel `softmax_kernel`"),
+        # the guard's dispatch mode switched off by a private torch name in `from` form (the import rule)
+        ("disable_modes_import", "1_ReLU", "`torch.utils._python_dispatch._disable_current_modes` reaches into"),
+        # a profile hook that runs the candidate's code inside the launch (HOOK_NAMES)
+        ("profile_hook", "1_ReLU", "`sys.setprofile` would run candidate code inside the evaluator's own calls"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):
@@ -152,6 +162,35 @@ def test_triton_torch_compute_past_the_static_check_is_caught_by_the_op_guard(tr
     result = run_one(triton_pool, problems[problem], source)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "forward ran PyTorch compute operators outside its kernels" in result.message and op in result.message
+
+
+def test_host_compute_past_the_static_check_is_caught_by_the_op_guard(triton_pool, problems):
+    """`tolist()` behind a helper the static walk does not follow: the guard records `Tensor.tolist`, a host
+    escape no dispatch mode could see (guard.HOST_ESCAPES)."""
+    source = source_of("tolist_host_compute")
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems["2_GELU"], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.endswith("took tensor data to Python: Tensor.tolist"), result.message
+
+
+def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems, own_workers):
+    """The trials' inputs follow public seeds; a candidate that replays them in `__init__` and looks its input
+    up passes every trial with a wrong kernel unless the evaluation salts them with a secret drawn after the
+    candidate is built (EvalConfig.secret_inputs). Without the salt the same candidate is `correct`: the
+    defence, not the candidate, is what fails it."""
+    source = source_of("precomputed_trials")
+    assert check_source(source) == []
+    plain = EvalConfig(device="cpu", trials=5, timeout_s=60, second_shape="")
+    cand = Candidate(problem="5_Softplus", language="triton", level=1, source=source)
+    problem = problems["5_Softplus"]
+    with LocalPool(workers=1, config=plain, plugins=["kz_triton"]) as pool:
+        open_seeds, salted = pool.map(
+            [EvalJob(problem, cand, attrs.evolve(plain, secret_inputs=False)), EvalJob(problem, cand, plain)]
+        )
+    assert open_seeds.status is Status.CORRECT and open_seeds.input_salt == 0, open_seeds.message
+    assert salted.status is Status.INCORRECT and salted.input_salt > 0, salted.message
+    assert re.match(r"trial \d \(input 0 x", salted.message), salted.message  # a rescaled trial: the overflow
 
 
 # ------------------------------------------------------------------------------------------------------

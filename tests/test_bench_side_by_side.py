@@ -41,8 +41,7 @@ def test_the_report_bounds_each_deviation_by_the_timers_own_spread(side_by_side)
     assert "meets_target" not in side_by_side.report({"phases": phases}, args, partial=True)
 
 
-@pytest.mark.slow
-def test_a_smoke_run_on_the_cpu_fills_every_phase(tmp_path):
+def test_a_smoke_run_on_the_cpu_fills_every_phase(tmp_path, own_workers):
     import subprocess
 
     from tests.test_cli_subprocess import kz_env

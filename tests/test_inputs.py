@@ -231,8 +231,14 @@ def test_a_candidate_exploiting_the_input_distribution_is_caught(plugins, tmp_pa
     assert result.message.startswith("trial 1 (input 0 x-"), result.message  # trial 1 negates
     assert result.max_abs_err > 1.0
 
+    # the salt moves each trial's draw, not its verdict; without it (secret_inputs off) the evaluation is
     # seeded: the same verdict again, word for word
-    assert evaluate_here(pm, relu_of_rand(), PY_IDENTITY, tmp_path).message == result.message
+    assert evaluate_here(pm, relu_of_rand(), PY_IDENTITY, tmp_path).status is Status.INCORRECT
+    fixed = EvalConfig(device="cpu", secret_inputs=False)
+    once = evaluate_here(pm, relu_of_rand(), PY_IDENTITY, tmp_path, fixed)
+    assert (
+        once.input_salt == 0 and evaluate_here(pm, relu_of_rand(), PY_IDENTITY, tmp_path, fixed).message == once.message
+    )
     # and the honest kernel passes every varied trial
     honest = evaluate_here(pm, relu_of_rand(), PY_RELU, tmp_path)
     assert honest.status is Status.CORRECT, honest.message
@@ -409,3 +415,28 @@ def test_timing_bench_smoke_run(tmp_path, own_workers):
     forced = report["implausible"]["cases"]["forced_reverify_1_ReLU"]
     assert forced["status"] == "correct" and forced["reverified"] is True and forced["reverify_s"] > 0
     assert report["self_reference"]["problems"]["1_ReLU"]["ratios"][0] > 0
+
+
+def test_the_trials_seeds_follow_a_secret_salt_and_only_seed_without_one():
+    """`EvalConfig.secret_inputs`: each evaluation draws a salt once its candidate is built; every trial's seed
+    and the input variation's draws then depend on it, in the low 32 bits the CPU generator keeps. Off, the
+    seeds are seed*1000 + trial + 1, as they always were."""
+    import attrs
+
+    from kzcore.evaluate.trials import draw_salt, trial_seed
+
+    config = EvalConfig()
+    assert [trial_seed(config, i) for i in range(3)] == [1, 2, 3]
+    assert draw_salt(attrs.evolve(config, secret_inputs=False)) == 0
+    salts = {draw_salt(config) for _ in range(20)}
+    assert 0 not in salts and len(salts) == 20
+    a, b = sorted(salts)[:2]
+    seeds = [trial_seed(config, 1, salt) for salt in (0, a, b)]
+    assert len({s & 0xFFFFFFFF for s in seeds}) == 3 and all(0 <= s < 2**31 for s in seeds)
+    draws = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        draws.append(torch.randn(4))
+    assert not torch.equal(draws[0], draws[1]) and not torch.equal(draws[1], draws[2])
+    plans = [variation.plan("scale", 0, 1, 1, 2.0, salt)[0].scale for salt in (0, a, b)]
+    assert len(set(plans)) == 3 and all(p < 0 for p in plans)  # trial 1 still negates; its magnitude moves

@@ -25,6 +25,9 @@ ALLOWED_OPS = frozenset(
 )
 
 UNINITIALISED = frozenset("empty empty_like empty_strided empty_permuted new_empty new_empty_strided".split())
+# Tensor methods that hand a tensor's data to Python or NumPy, or run a Python function per element: work done
+# there is no operator, so the dispatch mode never sees it (NumPy's BLAS, a list comprehension, ``apply_``)
+HOST_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "apply_", "map_", "map2_")
 
 _depth = 0  # >0 while a candidate kernel launch is in progress
 _active: list = []  # the recorder of the forward in progress (empty outside one)
@@ -74,6 +77,34 @@ def guarded(fn):
     call._kz_guarded = True  # type: ignore[attr-defined]
     call.__wrapped__ = fn  # type: ignore[attr-defined]
     return call
+
+
+def watch_host_escapes() -> None:
+    """Wrap `HOST_ESCAPES` on ``torch.Tensor`` (once per process, before the integrity baseline is taken) so
+    that a call from the candidate's forward, outside its kernel launches, is recorded like a computing
+    operator (``Tensor.numpy``): the output computed on the host and copied back by a kernel is not the
+    kernel's work. The evaluator's own code calls them outside any forward, where nothing is recorded."""
+    import torch
+
+    for name in HOST_ESCAPES:
+        original = getattr(torch.Tensor, name, None)
+        if original is not None and not getattr(original, "_kz_host_escape", False):
+            setattr(torch.Tensor, name, _recorded(name, original))
+
+
+def _recorded(name: str, original):
+    import functools
+
+    label = f"Tensor.{name}"
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        if _active and _depth == 0 and _active[-1].record and label not in _active[-1].forbidden:
+            _active[-1].forbidden.append(label)
+        return original(self, *args, **kwargs)
+
+    method._kz_host_escape = True  # type: ignore[attr-defined]
+    return method
 
 
 def _mode_class():
@@ -147,9 +178,10 @@ def poison(t) -> None:
 
 def recorder(record: bool = True):
     """A fresh dispatch mode for one candidate forward; use as a context manager, then read ``.forbidden``
-    (aten op names; only collected when ``record``). Also resets the launch-depth counter, which candidate
-    code runs beside and could have tampered with."""
+    (aten op names, and ``Tensor.<name>`` for `HOST_ESCAPES`; only collected when ``record``). Also resets the
+    launch-depth counter, which candidate code runs beside and could have tampered with."""
     global _depth
     _depth = 0
     _active.clear()
+    watch_host_escapes()
     return _mode_class()(record)

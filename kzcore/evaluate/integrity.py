@@ -88,8 +88,10 @@ def _extend_baseline(languages=()) -> None:
     """Record what is loaded and not yet watched: the library namespaces once, kzcore's and the languages'
     own modules (and the classes they define) as the harness imports them, and each language object (a
     method set on one would shadow its class's). Called before each candidate is loaded."""
+    from kzcore.evaluate.guard import watch_host_escapes
     from kzcore.language import own_packages
 
+    watch_host_escapes()  # torch.Tensor's wrapped methods are part of the baseline, not a change to it
     _own_packages.update(own_packages(languages))
     for language in languages:
         label = f"Language[{language.name!r}]"

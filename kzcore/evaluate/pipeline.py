@@ -34,7 +34,7 @@ from kzcore.evaluate.stage import (  # noqa: F401 (re-exported)
 )
 from kzcore.evaluate.tensors import as_list, changed_inputs, clone_inputs, refill  # noqa: F401 (re-exported)
 from kzcore.evaluate.timing import REVERIFY_TRIALS, TIMING_FIELDS, reverify, timing_inputs, timing_pass  # noqa: F401
-from kzcore.evaluate.trials import correctness
+from kzcore.evaluate.trials import correctness, draw_salt
 from kzcore.evaluate.workcheck import gpu_work
 from kzcore.types import EvalJob, EvalResult, Status, as_launch_counter
 
@@ -74,6 +74,8 @@ class Evaluation:
                 problem_mod = load_problem(state)
             with state.shared_gpu("construct"):
                 reference, candidate = construct(state, problem_mod, candidate_mod)
+                # the candidate is built: from here on, the trials' inputs follow a secret it never saw
+                state.salt = state.fields["input_salt"] = draw_salt(state.config)
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs

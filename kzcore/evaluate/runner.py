@@ -126,9 +126,10 @@ def unchecked_line(unchecked: dict[tuple[int, str], str], limit: int = 4) -> str
 
 def unvouched_problems(out: Path) -> set[tuple[int, str]]:
     """The (level, name) of problems that the latest run header of ``out`` to mention them records as
-    ``problem_check.unchecked``: their saved results were filed without a verdict on the problem."""
+    ``problem_check.unchecked``: their saved results were filed without a verdict on the problem. Lines that
+    do not read are skipped silently (the results' reader reports them)."""
     last: dict[tuple[int, str], bool] = {}
-    for header in read_headers(out):
+    for header in read_headers(out, on_skip=lambda *_: None):
         record = header.get("problem_check") or {}
         unchecked = record.get("unchecked") or {}
         for label in [*(record.get("checked") or []), *unchecked]:

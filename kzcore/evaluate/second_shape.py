@@ -69,7 +69,7 @@ def reference_fails(state: EvaluationState, problem_mod) -> str:
             init = list(problem_mod.get_init_inputs())
             state.seed(state.config.seed)
             reference = problem_mod.Model(*init)
-            state.seed(trials.trial_seed(state.config, state.config.trials))
+            state.seed(trials.trial_seed(state.config, state.config.trials, state.salt))
             inputs = list(problem_mod.get_inputs())
         state.forward("reference", reference, inputs)
         state.sync()

@@ -101,6 +101,7 @@ class EvaluationState:
         # the result's fields: ``size`` (`loading`), errors (`trials`), the timing fields (`timing`, whose
         # ``speedup`` `timing.reverify` reads), ``second_shape``, ``reverified``
         self.fields: dict = {}
+        self.salt = 0  # the trials' secret (`trials.draw_salt`), drawn once the candidate is built
         self.watch = None  # the evaluation's integrity.Watch: `loading.construct` hands it each reference built
         self.poisoned = False  # a stage saw a fatal device error or tampering: the worker must be replaced
 

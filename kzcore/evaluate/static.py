@@ -19,6 +19,9 @@ METHOD_ALLOWED = frozenset(
     """view reshape contiguous permute transpose t size stride numel dim unsqueeze squeeze flatten expand
     new_empty new_zeros new_full empty_like data_ptr is_contiguous element_size item""".split()
 )
+# Tensor methods that hand a tensor's data to Python or NumPy (or run Python per element): in the forward path,
+# host-side compute that no kernel did (the runtime guard records them too: guard.HOST_ESCAPES)
+METHOD_HOST = frozenset("numpy tolist apply_ map_ map2_ __array__ __dlpack__ to_dlpack".split())
 # Tensor methods that compute; a call `x.<name>(...)` in the forward path is a violation.
 METHOD_COMPUTE = frozenset(
     """abs add add_ addmm all amax amin any argmax argmin baddbmm bmm ceil clamp clamp_ clamp_min cos cumsum
@@ -40,9 +43,12 @@ FORBIDDEN_ATTRS = ("sys.modules", "torch._C", "_python_dispatch", "torch.ops")
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
 # names that reach namespaces, frames and closures, or fetch attributes by a computed name
 ESCAPE_NAMES = frozenset(
-    """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __mro__ __getattribute__
-    f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter methodcaller""".split()
+    """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __base__ __mro__
+    __getattribute__ f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter
+    methodcaller""".split()
 )
+# hooks that run candidate code inside the evaluator's own calls (every call, line or opcode it makes)
+HOOK_NAMES = frozenset("setprofile settrace setprofile_all_threads settrace_all_threads addaudithook".split())
 # names that make tensors or torch calls behave differently (lazy outputs, rewritten reference ops)
 OVERRIDE_NAMES = frozenset(
     """__torch_function__ __torch_dispatch__ TorchFunctionMode TorchDispatchMode overrides as_subclass
@@ -153,9 +159,11 @@ def violations_in(fn: FunctionNode, mod: ModuleInfo, exempt: tuple[str, ...]) ->
             out.append(f"line {line}: calls submodule `{name}` ({mod.submodules[name[5:]]}) instead of a kernel")
         elif head and last in METHOD_COMPUTE and not head.startswith(exempt):
             out.append(f"line {line}: calls tensor method `.{last}()` (PyTorch compute) in the forward path")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in METHOD_HOST:
+            out.append(f"line {line}: `.{node.func.attr}()` takes tensor data to Python or NumPy in the forward path")
         elif name in ("getattr", "eval", "exec", "__import__", "compile"):
             out.append(f"line {line}: calls `{name}` in the forward path (dynamic dispatch is not allowed)")
-    return out
+    return list(dict.fromkeys(out))
 
 
 def forward_violations(mod: ModuleInfo) -> list[str]:
@@ -180,6 +188,11 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
             for name in names:
                 if name.split(".")[0] in forbidden_imports:
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
+            # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
+            full = names if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
+            for path in full:
+                if any(bad in path for bad in FORBIDDEN_ATTRS) or _private_torch(path):
+                    internals.setdefault(node.lineno, path)
         elif isinstance(node, ast.Attribute) and any(bad in dotted(node) for bad in FORBIDDEN_ATTRS):
             internals.setdefault(node.lineno, dotted(node))  # ast.walk meets the outermost attribute first
     return (
@@ -187,6 +200,12 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
         + [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
         + escape_violations(tree)
     )
+
+
+def _private_torch(path: str) -> bool:
+    """``torch._dynamo``, ``torch.utils._python_dispatch``: a private part of torch (a kernel module needs none)."""
+    parts = path.split(".")
+    return parts[0] == "torch" and any(part.startswith("_") for part in parts[1:])
 
 
 def _imported_names(tree: ast.Module) -> set[str]:
@@ -204,6 +223,8 @@ def _name_problem(name: str, line: int | str, path: str) -> str | None:
         return f"line {line}: `{path}`: candidate code may not start or signal other processes"
     if name in ESCAPE_NAMES:
         return f"line {line}: `{path}` reaches into Python internals (namespaces, frames, computed attributes)"
+    if name in HOOK_NAMES:
+        return f"line {line}: `{path}` would run candidate code inside the evaluator's own calls"
     if name in OVERRIDE_NAMES:
         return f"line {line}: `{path}`: tensor subclasses, torch modes and `__torch_function__` are not allowed"
     if name in STREAM_NAMES or path.endswith("cuda.stream"):

@@ -66,7 +66,7 @@ def per_placement(timing: TimingResult, rounds: TimedRounds) -> tuple[TimingResu
 def timing_inputs(state: EvaluationState, problem_mod) -> tuple[list, list]:
     """(reference inputs, candidate inputs): two copies of one draw on the timing seed."""
     with state.device_ctx():
-        state.seed(state.config.seed * 1000 + 999)
+        state.seed(trials.salted(state.config.seed * 1000 + 999, state.salt))
         inputs = list(problem_mod.get_inputs())
     return clone_inputs(inputs), clone_inputs(inputs)
 

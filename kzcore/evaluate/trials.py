@@ -12,10 +12,30 @@ from kzcore.evaluate.tensors import NotOwned, as_list, changed_inputs, refill, s
 from kzcore.types import Status
 
 
-def trial_seed(config, index: int) -> int:
+def trial_seed(config, index: int, salt: int = 0) -> int:
     """The RNG seed of trial ``index``: main trials 0..trials-1, then the extra ones (second shape,
-    re-verification), each with its own seed; timing uses 999 and 998."""
-    return config.seed * 1000 + index + 1
+    re-verification), each with its own seed; timing uses 999 and 998. ``salt``: the evaluation's secret
+    (`draw_salt`; `salted`)."""
+    return salted(config.seed * 1000 + index + 1, salt)
+
+
+def salted(seed: int, salt: int) -> int:
+    """``seed`` mixed with the evaluation's secret ``salt`` (``seed`` itself when there is none), as a 31-bit
+    value: the CPU generator keeps only a seed's low 32 bits, so the mix must change those."""
+    if not salt:
+        return seed
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"kz-trial:{seed}:{salt}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def draw_salt(config) -> int:
+    """The evaluation's secret for its trial inputs (`EvalConfig.secret_inputs`; 0 when off), from the operating
+    system's randomness: drawn after the candidate is built, so neither its import nor its constructor can
+    replay the trials' draws and store their answers for its forward to look up."""
+    import secrets
+
+    return secrets.randbits(30) + 1 if config.secret_inputs else 0
 
 
 def correctness(state: EvaluationState, problem_mod, reference, candidate, launches) -> None:
@@ -41,10 +61,13 @@ def trial(
     mode = variation.effective_mode(state.config.input_variation, problem_mod) if vary else "none"
     with state.clock("inputs"):
         with state.device_ctx():
-            state.seed(trial_seed(state.config, index))
+            seed = trial_seed(state.config, index, state.salt)
+            state.seed(seed)
             pristine = list(problem_mod.get_inputs())
-            changes = variation.plan(mode, state.config.seed, index, len(pristine), state.config.input_scale_decades)
-            pristine, applied = variation.vary(pristine, changes, trial_seed(state.config, index))
+            changes = variation.plan(
+                mode, state.config.seed, index, len(pristine), state.config.input_scale_decades, state.salt
+            )
+            pristine, applied = variation.vary(pristine, changes, seed)
         cand_inputs = refill(buffers, pristine)
         if state.device == "cuda":
             memory.poison_free_cache()
@@ -63,8 +86,11 @@ def trial(
             state.poisoned = is_fatal_device_error(exc)
             raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, state.candidate_file)) from None
     if recorder.forbidden:
-        ops = ", ".join(f"aten.{op}" for op in recorder.forbidden[:8])
-        raise Verdict(Status.HACK_SUSPECTED, f"forward ran PyTorch compute operators outside its kernels: {ops}")
+        ops = ", ".join(op if "." in op else f"aten.{op}" for op in recorder.forbidden[:8])
+        raise Verdict(
+            Status.HACK_SUSPECTED,
+            f"forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: {ops}",
+        )
     actual = own_outputs(actual, label)  # copied before the reference runs and allocates
     mutated = changed_inputs(pristine, cand_inputs)
     if mutated:

@@ -56,13 +56,15 @@ def effective_mode(config_mode: str, module: ModuleType) -> str:
     return min(config_mode, problem_mode(module), key=PROBLEM_MODES.index)
 
 
-def plan(mode: str, seed: int, trial: int, count: int, decades: float) -> list[Change]:
-    """The change to each of ``count`` inputs in trial ``trial`` (0: none). Deterministic in (seed, trial):
+def plan(mode: str, seed: int, trial: int, count: int, decades: float, salt: int = 0) -> list[Change]:
+    """The change to each of ``count`` inputs in trial ``trial`` (0: none). Deterministic in (seed, trial, the
+    evaluation's secret ``salt``):
     odd trials negate (unless "positive"), magnitudes are ``10**u`` with ``u`` in [-decades, decades],
     stratified across trials; in "full" mode every third trial also shifts and every third redraws."""
     if mode == "none" or trial == 0 or decades < 0:
         return [Change()] * count
-    rng = random.Random(f"kz-inputs:{seed}:{trial}")  # str seeds hash with sha512: same in every process
+    # str seeds hash with sha512: the same in every process
+    rng = random.Random(f"kz-inputs:{seed}:{trial}" + (f":{salt}" if salt else ""))
     k = trial - 1
     low, high = STRATA[k % len(STRATA)]
     sign = -1.0 if mode != "positive" and k % 2 == 0 else 1.0

@@ -7,7 +7,10 @@ RULES = """Write the kernels in Triton (`import triton`, `import triton.language
   take views and shapes (`view`, `reshape`, `contiguous`, `permute`, `transpose`, `size`, `stride`, `shape`,
   `numel`) and launch your `@triton.jit` kernels with `kernel[grid](...)`.
 - No PyTorch compute in forward: no `torch.*` math, no `torch.nn.functional`, no tensor methods such as
-  `.sum()` or `.softmax()`, no `@`, no calls to `nn` submodules, no try/except fallbacks.
+  `.sum()` or `.softmax()`, no `@`, no calls to `nn` submodules, no try/except fallbacks, no `.numpy()` or
+  `.tolist()` (the work is done by your kernels, not on the host).
+- Inside a `@triton.jit` kernel use only `tl.*` (and your other `@triton.jit` kernels): no `torch`, no Python
+  helpers.
 - Create the same parameters as `Model`, in the same order (e.g. keep `self.linear = nn.Linear(...)` and pass
   `self.linear.weight` to your kernel). Inputs are read-only. Mask every load and store."""
 

@@ -11,6 +11,59 @@ import ast
 
 from kzcore import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
 
+# what a kernel body may call by a bare name besides triton's names and the module's other kernels
+KERNEL_BUILTINS = frozenset("range min max len int float bool abs print isinstance".split())
+
+
+def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
+    """What a ``@triton.jit`` body may not do: call anything but ``triton`` / ``triton.language`` (and Python's
+    ``math``), the module's other kernels, a few builtins and methods of its own values, or name any other
+    imported module (``torch``, ``numpy``). A compiled kernel could not do either; under the CPU interpreter the
+    body is plain Python and would run them outside the op guard's view."""
+    triton_names, other_names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                root = a.name.split(".")[0]
+                (triton_names if root in ("triton", "math") else other_names).add(a.asname or root)
+        elif isinstance(node, ast.ImportFrom):
+            root = (node.module or "").split(".")[0]
+            for a in node.names:
+                (triton_names if root in ("triton", "math") else other_names).add(a.asname or a.name)
+    module_level = {name for name in mod.functions if name not in mod.kernels} | set(mod.classes)
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            module_level |= {t.id for t in targets if isinstance(t, ast.Name)}
+    out: list[str] = []
+    for name in sorted(mod.kernels):
+        fn = mod.functions[name]
+        where = f"inside @triton.jit kernel `{name}`"
+        for node in ast.walk(fn):
+            line = getattr(node, "lineno", "?")
+            problem = ""
+            if isinstance(node, ast.Name) and node.id in other_names:
+                problem = f"line {line}: `{node.id}` {where}: a kernel uses triton.language only"
+            elif isinstance(node, ast.Call):
+                callee = node.func
+                root = callee
+                while isinstance(root, (ast.Attribute, ast.Subscript)):
+                    root = root.value
+                if not isinstance(root, ast.Name):
+                    pass  # a method of a value the kernel computed: `tl.load(p).to(tl.float32)`
+                elif isinstance(callee, ast.Subscript) or (root.id in module_level and callee is not root):
+                    problem = f"line {line}: calls `{dotted(callee) or root.id + '[…]'}` {where}: a kernel may call only triton.language"
+                elif isinstance(callee, ast.Name):
+                    allowed = mod.kernels | KERNEL_BUILTINS | triton_names
+                    if callee.id not in allowed:
+                        problem = (
+                            f"line {line}: calls `{callee.id}` {where}: a kernel may call only triton.language, "
+                            "other @triton.jit kernels and basic builtins"
+                        )
+            if problem and problem not in out:
+                out.append(problem)
+    return out
+
 
 def _is_jit(dec: ast.AST) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
@@ -38,4 +91,4 @@ def check_source(source: str) -> list[str]:
     if not mod.kernels:
         problems.append("no `@triton.jit` kernel defined")
     problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
-    return problems + forward_violations(mod)
+    return problems + kernel_violations(tree, mod) + forward_violations(mod)

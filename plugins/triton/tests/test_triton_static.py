@@ -135,7 +135,9 @@ def test_code_not_reached_from_forward_is_not_checked():
     assert check_source(HEADER + unused + GOOD[len(HEADER) :]) == []
 
 
-def test_torch_inside_triton_kernels_is_not_the_forward_path():
+def test_torch_inside_triton_kernels_is_a_kernel_violation_not_a_forward_path_one():
+    """A @triton.jit body is not the forward path (`x.sum()` and `@` there are tl's), but it may name no
+    other module: a compiled kernel could not run torch, and the CPU interpreter would run it unguarded."""
     kernel = """
 
 @triton.jit
@@ -151,7 +153,83 @@ def launch(x, n):
     odd_kernel[(1,)](x, n, BLOCK=1024)
 """
     source = with_forward("launch(out, n)", kernel)
-    assert check_source(source) == []
+    assert check_source(source) == [
+        f"line {line_of(source, 'torch.exp')}: `torch` inside @triton.jit kernel `odd_kernel`: "
+        "a kernel uses triton.language only"
+    ]
+
+
+def test_a_kernel_calls_only_triton_its_other_kernels_and_builtins():
+    kernels = """
+
+def _host_helper():
+    return 1
+
+
+HELPERS = [_host_helper]
+
+
+@triton.jit
+def _scale(x):
+    return x * 2.0
+
+
+@triton.jit
+def calls_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < min(n, BLOCK)).to(tl.float32)
+    tl.store(x_ptr + offs, _scale(x) + _host_helper() + HELPERS[0](), mask=offs < n)
+
+
+def launch(x, n):
+    calls_kernel[(1,)](x, n, BLOCK=1024)
+"""
+    source = with_forward("launch(out, n)", kernels)
+    line = line_of(source, "_host_helper() + HELPERS")
+    assert sorted(check_source(source)) == [
+        f"line {line}: calls `HELPERS[…]` inside @triton.jit kernel `calls_kernel`: a kernel may call only "
+        "triton.language",
+        f"line {line}: calls `_host_helper` inside @triton.jit kernel `calls_kernel`: a kernel may call only "
+        "triton.language, other @triton.jit kernels and basic builtins",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["y = x.numpy()", "y = x.view(-1).tolist()", "x.apply_(abs)", "y = out.map_(x, max)", "y = x.__array__()"],
+)
+def test_tensor_data_taken_to_the_host_in_the_forward_path(line):
+    source = with_forward(line)
+    name = line.split(".")[-1].split("(")[0]
+    assert check_source(source) == [
+        f"line {line_of(source, line)}: `.{name}()` takes tensor data to Python or NumPy in the forward path"
+    ]
+
+
+@pytest.mark.parametrize(
+    "imported, shown",
+    [
+        ("from torch import _C", "torch._C"),
+        ("from torch.utils._python_dispatch import _disable_current_modes", "torch.utils._python_dispatch"),
+        ("import torch._dynamo as dyn", "torch._dynamo"),
+        ("from sys import modules", "sys.modules"),
+        ("from torch import ops", "torch.ops"),
+    ],
+)
+def test_the_import_forms_of_private_paths_are_refused(imported, shown):
+    source = imported + "\n" + GOOD
+    problems = check_source(source)
+    assert (
+        problems
+        and problems[0].startswith(f"line 1: `{shown}")
+        and "reaches into PyTorch or Python internals" in problems[0]
+    )
+
+
+@pytest.mark.parametrize("call", ["sys.setprofile(None)", "sys.settrace(None)", "threading.setprofile(None)"])
+def test_hooks_into_the_evaluators_calls_are_refused(call):
+    source = "import sys\n" + GOOD + f"\n\n{call}\n"
+    assert any("would run candidate code inside the evaluator's own calls" in p for p in check_source(source))
 
 
 def test_syntax_error_is_left_to_the_loader():
