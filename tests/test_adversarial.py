@@ -206,6 +206,8 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
         # (e) comparisons; `any` is inherited by torch.Tensor, so setting it there adds a shadowing name
         ("patch_allclose", ["torch.allclose", "torch.equal", "torch.Tensor.any"]),
         ("tamper_evaluator", ["kzcore.builtins.outputs.compare"]),  # (e) the evaluator's own output check
+        # the evaluator's randomness: the trials' secret salt and the timed pairs' draws
+        ("patch_salt", ["secrets.randbits", "random.SystemRandom"]),
     ],
 )
 def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(

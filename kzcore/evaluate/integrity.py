@@ -23,6 +23,8 @@ WATCHED_MODULES = (
     "builtins",
     "time",
     "math",
+    "random",  # the timed pairs' draws (SystemRandom)
+    "secrets",  # the trials' secret salt (trials.draw_salt)
     "statistics",
     "torch",
     "torch._C",
@@ -98,6 +100,8 @@ def _extend_baseline(languages=()) -> None:
         if label not in _seen_modules and hasattr(language, "__dict__"):
             _seen_modules.add(label)
             _record(label, language, _is_code, namespace=True)
+    import random  # noqa: F401  (watched: the timed pairs' draws and the trials' salt come from these)
+    import secrets  # noqa: F401
     import threading  # noqa: F401  (imported so its thread starter can be counted)
 
     import torch._dynamo  # noqa: F401  (the op guard's first dispatch mode imports it, rebinding torch names)
