@@ -174,6 +174,16 @@ def test_host_compute_past_the_static_check_is_caught_by_the_op_guard(triton_poo
     assert result.message.endswith("took tensor data to Python: Tensor.tolist"), result.message
 
 
+def test_values_read_one_by_one_on_the_host_are_caught_by_the_op_guard(triton_pool, problems):
+    """Every element read with `.item()` (each an allowed scalar read): past guard.SCALAR_READS in one forward
+    the guard records it."""
+    source = source_of("item_loop")
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems["1_ReLU"], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.endswith("Tensor.item (more than 64 values read one by one)"), result.message
+
+
 def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems, own_workers):
     """The trials' inputs follow public seeds; a candidate that replays them in `__init__` and looks its input
     up passes every trial with a wrong kernel unless the evaluation salts them with a secret drawn after the

@@ -28,6 +28,9 @@ UNINITIALISED = frozenset("empty empty_like empty_strided empty_permuted new_emp
 # Tensor methods that hand a tensor's data to Python or NumPy, or run a Python function per element: work done
 # there is no operator, so the dispatch mode never sees it (NumPy's BLAS, a list comprehension, ``apply_``)
 HOST_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "apply_", "map_", "map2_")
+# Single values read on the host (`.item()`, `float(t)`: aten._local_scalar_dense) are allowed for a forward's
+# scalars; past this many in one forward, the forward is reading the tensor's values one by one
+SCALAR_READS = 64
 
 _depth = 0  # >0 while a candidate kernel launch is in progress
 _active: list = []  # the recorder of the forward in progress (empty outside one)
@@ -116,6 +119,7 @@ def _mode_class():
             super().__init__()
             self.record = record
             self.forbidden: list[str] = []
+            self.scalar_reads = 0
 
         def __enter__(self):
             _active.append(self)
@@ -132,6 +136,10 @@ def _mode_class():
             name = func.overloadpacket.__name__
             if self.record and _depth == 0 and name not in ALLOWED_OPS and name not in self.forbidden:
                 self.forbidden.append(name)
+            if self.record and _depth == 0 and name == "_local_scalar_dense":
+                self.scalar_reads += 1
+                if self.scalar_reads == SCALAR_READS + 1:
+                    self.forbidden.append(f"Tensor.item (more than {SCALAR_READS} values read one by one)")
             out = func(*args, **(kwargs or {}))
             if name in UNINITIALISED and isinstance(out, torch.Tensor):
                 poison(out)
