@@ -27,6 +27,7 @@ ALLOWED_OPS = frozenset(
 UNINITIALISED = frozenset("empty empty_like empty_strided empty_permuted new_empty new_empty_strided".split())
 # Tensor methods that hand a tensor's data to Python or NumPy, or run a Python function per element: work done
 # there is no operator, so the dispatch mode never sees it (NumPy's BLAS, a list comprehension, ``apply_``)
+# (a tensor's storage is refused by the static check only: Triton's own launch and compile paths reach it)
 HOST_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "apply_", "map_", "map2_")
 # Single values read on the host (`.item()`, `float(t)`: aten._local_scalar_dense) are allowed for a forward's
 # scalars; past this many in one forward, the forward is reading the tensor's values one by one

@@ -21,7 +21,9 @@ METHOD_ALLOWED = frozenset(
 )
 # Tensor methods that hand a tensor's data to Python or NumPy (or run Python per element): in the forward path,
 # host-side compute that no kernel did (the runtime guard records them too: guard.HOST_ESCAPES)
-METHOD_HOST = frozenset("numpy tolist apply_ map_ map2_ __array__ __dlpack__ to_dlpack".split())
+METHOD_HOST = frozenset(
+    "numpy tolist apply_ map_ map2_ __array__ __dlpack__ to_dlpack untyped_storage storage _typed_storage".split()
+)
 # Tensor methods that compute; a call `x.<name>(...)` in the forward path is a violation.
 METHOD_COMPUTE = frozenset(
     """abs add add_ addmm all amax amin any argmax argmin baddbmm bmm ceil clamp clamp_ clamp_min cos cumsum
@@ -45,7 +47,7 @@ DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals brea
 ESCAPE_NAMES = frozenset(
     """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __base__ __mro__
     __getattribute__ f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter
-    methodcaller""".split()
+    methodcaller __array_interface__ __array_struct__ ctypeslib""".split()
 )
 # hooks that run candidate code inside the evaluator's own calls (every call, line or opcode it makes)
 HOOK_NAMES = frozenset("setprofile settrace setprofile_all_threads settrace_all_threads addaudithook".split())
