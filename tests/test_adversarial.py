@@ -134,6 +134,14 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         ("disable_modes_import", "1_ReLU", "`torch.utils._python_dispatch._disable_current_modes` reaches into"),
         # a profile hook that runs the candidate's code inside the launch (HOOK_NAMES)
         ("profile_hook", "1_ReLU", "`sys.setprofile` would run candidate code inside the evaluator's own calls"),
+        # a name the interpreter adds to the module's namespace (`np`), used in a kernel body
+        ("kernel_injected_np", "19_Matmul", "`np` inside @triton.jit kernel `mm_kernel` is bound nowhere"),
+        # the output check's norm patched through an alias (`lin = torch.linalg`): the alias rule
+        ("alias_patch_linalg", "19_Matmul", "assigns to `lin.vector_norm` (monkey-patching is not allowed)"),
+        # host views on tensor memory: `__array_interface__` answered by `__getattr__`; DLPack; super() past a wrapper
+        ("getattr_array_interface", "19_Matmul", "`__getattr__` reaches into Python internals"),
+        ("dlpack_host_compute", "19_Matmul", "`torch.utils.dlpack` reaches into Python internals"),
+        ("super_numpy", "19_Matmul", "`super(torch.Tensor, …)` reaches past a library class's own methods"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):
@@ -174,6 +182,23 @@ def test_host_compute_past_the_static_check_is_caught_by_the_op_guard(triton_poo
     assert result.message.endswith("took tensor data to Python: Tensor.tolist"), result.message
 
 
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # the interpreter reads a launch argument through its own methods, inside the suspended launch
+        ("fake_tensor_argument", "TypeError: kernel argument 0 is a Lazy: a launch takes tensors, numbers"),
+        ("grid_object", "TypeError: a kernel's grid must hold ints, not Blocks"),
+        # tensor bytes read and written through procfs at data_ptr() (caches.deny_process_memory)
+        ("proc_self_mem", "PermissionError: [Errno 13] evaluator workers may not open a process's memory"),
+    ],
+)
+def test_ways_into_the_interpreted_launch_or_process_memory_fail_the_candidate(triton_pool, problems, kind, expected):
+    source = source_of(kind)
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems["19_Matmul"], source)
+    assert result.status is Status.RUNTIME_ERROR and expected in result.message, result.message
+
+
 def test_values_read_one_by_one_on_the_host_are_caught_by_the_op_guard(triton_pool, problems):
     """Every element read with `.item()` (each an allowed scalar read): past guard.SCALAR_READS in one forward
     the guard records it."""
@@ -200,7 +225,7 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
         )
     assert open_seeds.status is Status.CORRECT and open_seeds.input_salt == 0, open_seeds.message
     assert salted.status is Status.INCORRECT and salted.input_salt > 0, salted.message
-    assert re.match(r"trial \d \(input 0 x", salted.message), salted.message  # a rescaled trial: the overflow
+    assert salted.message.startswith("trial 1 (input 0 x-"), salted.message  # scaled by 10-100: |x| > 10
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -218,6 +243,8 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
         ("tamper_evaluator", ["kzcore.builtins.outputs.compare"]),  # (e) the evaluator's own output check
         # the evaluator's randomness: the trials' secret salt and the timed pairs' draws
         ("patch_salt", ["secrets.randbits", "random.SystemRandom"]),
+        # the output check's norms, and a Triton language function (it would run inside the launch)
+        ("patch_checker", ["torch.linalg.vector_norm", "triton.language.debug_barrier"]),
     ],
 )
 def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(

@@ -30,6 +30,11 @@ WATCHED_MODULES = (
     "torch._C",
     "torch.cuda",
     "torch.nn.functional",
+    "torch.linalg",  # the output check's norms (the relative error, the precision bar)
+    "torch.special",
+    "torch.fft",
+    "triton",  # a kernel's language: a function rebound there runs inside the launch
+    "triton.language",
     "torch.overrides",
     "torch.testing",
     "torch.utils._python_dispatch",

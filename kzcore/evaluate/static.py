@@ -47,7 +47,7 @@ DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals brea
 ESCAPE_NAMES = frozenset(
     """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __base__ __mro__
     __getattribute__ f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter
-    methodcaller __array_interface__ __array_struct__ ctypeslib""".split()
+    methodcaller __getattr__ __array_interface__ __array_struct__ ctypeslib to_dlpack from_dlpack dlpack""".split()
 )
 # hooks that run candidate code inside the evaluator's own calls (every call, line or opcode it makes)
 HOOK_NAMES = frozenset("setprofile settrace setprofile_all_threads settrace_all_threads addaudithook".split())
@@ -244,11 +244,24 @@ def _patch_target(node: ast.AST, imported: set[str]) -> str:
     return path if path.split(".")[0] in imported else ""
 
 
+def _aliases(tree: ast.Module, imported: set[str]) -> set[str]:
+    """Names bound to an imported name or to an attribute path from one (``lang = tl``, ``lin = torch.linalg``),
+    anywhere in the module: patching through them is patching the module itself."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            if dotted(node.value).split(".")[0] in imported | found:
+                found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return found
+
+
 def escape_violations(tree: ast.Module) -> list[str]:
     """Ways around the other rules, anywhere in the module: dynamic code (``eval``, ``__import__``,
     computed ``getattr``), namespace/frame access, monkey-patching imported modules (timers, ``synchronize``,
-    ``torch.allclose``), tensor subclasses and torch modes, side streams, ``contextlib.suppress``."""
+    ``torch.allclose``; through an alias too), tensor subclasses and torch modes, side streams,
+    ``contextlib.suppress``, ``super()`` over a class of an imported module (around a wrapped method)."""
     imported = _imported_names(tree)
+    imported |= _aliases(tree, imported)
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     out: list[str] = []
 
@@ -270,6 +283,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
                     add(_name_problem(name, line, f"{dotted(args[0]) or '?'}.{name}"))
             elif fn in ("setattr", "delattr") and args and dotted(args[0]).split(".")[0] != "self":
                 add(f"line {line}: `{fn}` on `{dotted(args[0]) or 'an object'}` (monkey-patching is not allowed)")
+            elif fn == "super" and args and dotted(args[0]).split(".")[0] in imported:
+                add(f"line {line}: `super({dotted(args[0])}, …)` reaches past a library class's own methods")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:

@@ -6,6 +6,7 @@ read-only filesystem these paths are carved out of), `executors.worker` (puts th
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -201,6 +202,38 @@ def audit_writes(writable: Sequence[Path]) -> str:
     def open_checked(path, flags, mode=0o777, *, dir_fd=None):
         if dir_fd is not None and flags & OPEN_WRITE_FLAGS:
             check(_event_path(path, dir_fd, True), "open for writing")
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    open_checked.__name__ = real_open.__name__
+    os.open = posix.open = open_checked
+    sys.addaudithook(hook)
+    return "audit-hook"
+
+
+# a process's memory, read and written as a file: a tensor's bytes changed with no torch call and no kernel
+PROCESS_MEMORY = re.compile(r"/proc/(\d+|self|thread-self)(/task/\d+)?/(mem|pagemap)|/dev/k?mem")
+
+
+def deny_process_memory() -> str:
+    """Refuse, at the Python level, every ``open`` of a process's memory (``/proc/<pid>/mem``, ``pagemap``,
+    ``/dev/mem``), in any mode: a candidate could otherwise read its inputs' bytes at ``data_ptr()`` and write
+    an answer computed on the host into its output. An audit hook (PEP 578) for opens by path; ``os.open``
+    relative to a directory descriptor is checked by a wrapper. Returns the fence's name."""
+    import posix
+
+    def check(path: str | None) -> None:
+        if path is not None and PROCESS_MEMORY.fullmatch(path):
+            raise PermissionError(13, "evaluator workers may not open a process's memory", path)
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open" and args:
+            check(_event_path(args[0], None, True))
+
+    real_open = os.open
+
+    def open_checked(path, flags, mode=0o777, *, dir_fd=None):
+        if dir_fd is not None:
+            check(_event_path(path, dir_fd, True))
         return real_open(path, flags, mode, dir_fd=dir_fd)
 
     open_checked.__name__ = real_open.__name__

@@ -83,6 +83,7 @@ def _fence(device: str, memory_limit: int | None, scratch: Path, caches: Sequenc
     audit = fences["filesystem"] != "readonly" and "write-audit" not in skip
     profile = [Path(os.environ[PROFILE_DIR])] if os.environ.get(PROFILE_DIR) else []
     fences["write_audit"] = own_caches.audit_writes([*writable, *profile]) if audit else "off"
+    fences["process_memory"] = own_caches.deny_process_memory() if "process-memory" not in skip else "off"
     os.environ.update(own_caches.private_caches(scratch))  # the compilers' caches: this worker's own, in scratch
     try:
         os.setpgid(0, 0)  # its own process group: a candidate's kill(0, ...) cannot reach the pool

@@ -64,7 +64,7 @@ def instrument(module):
             else:
                 count[0] += 1
             try:
-                with _launch_guard(_fn, kwargs):
+                with _launch_guard(_fn, args, kwargs):
                     result = _original(*args, **kwargs)
                     if _compile_only[0]:
                         _load(result)
@@ -89,13 +89,44 @@ def instrument(module):
     return LaunchCounter(lambda: count[0], bare)
 
 
+def _plain_arguments(args, kwargs) -> None:
+    """Under the CPU interpreter, a launch's arguments must be plain: tensors, numbers, strings, dtypes, None.
+    The interpreter reads an argument through its own methods (``data_ptr``, ``untyped_storage``, ``__index__``)
+    inside the suspended launch, so an object of the candidate's there would run its code unguarded; a compiled
+    kernel refuses such arguments anyway."""
+    import torch
+    from triton import language as tl
+
+    plain = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, tl.dtype, tl.constexpr)
+    for name, value in [*((f"argument {i}", v) for i, v in enumerate(args)), *kwargs.items()]:
+        if name == "grid":
+            continue
+        if type(value) not in (torch.Tensor, torch.nn.Parameter) and (
+            isinstance(value, torch.Tensor) or not isinstance(value, plain)
+        ):
+            raise TypeError(
+                f"kernel {name} is a {type(value).__name__}: a launch takes tensors, numbers, strings and dtypes"
+            )
+
+
+def _int_grid(grid):
+    """``grid`` as a tuple of Python ints (a grid element of the candidate's own type would run its
+    ``__index__`` or comparisons inside the suspended launch)."""
+    items = grid if isinstance(grid, (tuple, list)) else (grid,)
+    if not all(type(g) is int for g in items):
+        kinds = ", ".join(sorted({type(g).__name__ for g in items}))
+        raise TypeError(f"a kernel's grid must hold ints, not {kinds}")
+    return tuple(items)
+
+
 @contextlib.contextmanager
-def _launch_guard(_fn, kwargs):
+def _launch_guard(_fn, args, kwargs):
     """The torch-op guard around one launch. On a GPU it stays on throughout: Triton's own launch path runs no
     computing operator, and every callable of the candidate's that a launch calls back (a grid function,
     pre-run hooks, launch hooks, launch metadata, tensor-like arguments) is the forward's code. Under the CPU
     interpreter, which runs the kernel body with torch operators of its own, the launch is suspended and the
-    candidate's callbacks that the launch calls are put back under the guard (`guard.guarded`)."""
+    candidate's callbacks that the launch calls are put back under the guard (`guard.guarded`), and its
+    arguments and grid must be plain values (`_plain_arguments`, `_int_grid`)."""
     import os
 
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -103,6 +134,12 @@ def _launch_guard(_fn, kwargs):
         return
     from triton import knobs
 
+    _plain_arguments(args, kwargs)
+    if callable(kwargs.get("grid")):
+        grid = kwargs["grid"]
+        kwargs["grid"] = lambda meta, _grid=grid: _int_grid(_grid(meta))
+    elif "grid" in kwargs:
+        kwargs["grid"] = _int_grid(kwargs["grid"])
     runtime = getattr(knobs, "runtime", None)
     hooks = getattr(_fn, "pre_run_hooks", None)
     saved_hooks = list(hooks) if hooks is not None else None

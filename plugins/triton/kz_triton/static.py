@@ -35,15 +35,21 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             module_level |= {t.id for t in targets if isinstance(t, ast.Name)}
+    bound = triton_names | other_names | module_level | set(mod.functions) | KERNEL_BUILTINS
     out: list[str] = []
     for name in sorted(mod.kernels):
         fn = mod.functions[name]
         where = f"inside @triton.jit kernel `{name}`"
+        own = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+        own |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
         for node in ast.walk(fn):
             line = getattr(node, "lineno", "?")
             problem = ""
             if isinstance(node, ast.Name) and node.id in other_names:
                 problem = f"line {line}: `{node.id}` {where}: a kernel uses triton.language only"
+            elif isinstance(node, ast.Name) and node.id not in bound | own:
+                # the interpreter runs the body in the module's namespace, where it adds names of its own (`np`)
+                problem = f"line {line}: `{node.id}` {where} is bound nowhere in the module"
             elif isinstance(node, ast.Call):
                 callee = node.func
                 root = callee
