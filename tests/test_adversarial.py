@@ -225,7 +225,7 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
         )
     assert open_seeds.status is Status.CORRECT and open_seeds.input_salt == 0, open_seeds.message
     assert salted.status is Status.INCORRECT and salted.input_salt > 0, salted.message
-    assert salted.message.startswith("trial 1 (input 0 x-"), salted.message  # scaled by 10-100: |x| > 10
+    assert salted.message.startswith("trial 1 (input 0 x-"), salted.message  # scaled by 10-100: |x| > 12
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A memoriser: the correctness trials' inputs follow public seeds (trial i seeded with seed*1000+i+1, its
 rescaling drawn from random.Random(f"kz-inputs:{seed}:{i}")), so `__init__` replays the varied trials at the
 small profile's 16 x 250 shape and stores the answers; forward looks its input up by two sampled values and has
-a copy kernel write the stored answer. On a miss it runs a softplus valid on |x| < 10 only (0 beyond), right on
+a copy kernel write the stored answer. On a miss it runs a softplus valid on |x| < 12 only (0 beyond), right on
 the plain draws of trial 0 and of every timed pair, wrong on trial 1's, scaled by 10 to 100: only the trials'
 secret salt (EvalConfig.secret_inputs), which makes every lookup miss, catches it (5_Softplus)."""
 
@@ -43,7 +43,7 @@ def softplus_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.where(tl.abs(x) < 10.0, tl.log(1.0 + tl.exp(x)), 0.0), mask=mask)
+    tl.store(out_ptr + offs, tl.where(tl.abs(x) < 12.0, tl.log(1.0 + tl.exp(x)), 0.0), mask=mask)
 
 
 class ModelNew(nn.Module):
