@@ -1,5 +1,5 @@
 """Cheat (the CPU form of a borrowed output): ReLU whose output is a view of memory PyTorch's allocator did
-not hand out (a NumPy array's, through DLPack-style sharing). On a GPU the same route returns a view of
+not hand out (a NumPy array's, shared through `torch.from_numpy`). On a GPU the same route returns a view of
 device memory the candidate has freed, which the reference's output then fills. Caught because outputs must
 own their storage, and are copied before the reference runs."""
 
@@ -21,7 +21,7 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pool = torch.utils.dlpack.from_dlpack(np.empty(1 << 24, dtype=np.float32))
+        self.pool = torch.from_numpy(np.empty(1 << 24, dtype=np.float32))
 
     def forward(self, x):
         out = self.pool[: x.numel()].view(x.shape)
