@@ -206,7 +206,11 @@ def evaluate(
         on_start(len(previous), len(jobs))
     results = list(previous)
     # saved results whose problem an earlier run filed without a verdict: checked again now
-    unvouched = unvouched_problems(out) & {(r.level, r.problem) for r in previous} if config.problem_check else set()
+    unvouched = (
+        unvouched_problems(out) & {(r.level, r.problem) for r in previous}
+        if config.problem_check and previous
+        else set()
+    )
     if not jobs and not unvouched:
         return results
     prepare_candidates(jobs, config, pm)

@@ -5,6 +5,9 @@ each function takes), `variation` (input variation), `guard` (the operator recor
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 from kzcore.errors import CompileError
 from kzcore.evaluate import checking, guard, memory, precision, variation
 from kzcore.evaluate.stage import MESSAGE_LIMIT, EvaluationState, Verdict, candidate_error, is_fatal_device_error
@@ -24,8 +27,6 @@ def salted(seed: int, salt: int) -> int:
     value: the CPU generator keeps only a seed's low 32 bits, so the mix must change those."""
     if not salt:
         return seed
-    import hashlib
-
     return int.from_bytes(hashlib.sha256(f"kz-trial:{seed}:{salt}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
@@ -33,8 +34,6 @@ def draw_salt(config) -> int:
     """The evaluation's secret for its trial inputs (`EvalConfig.secret_inputs`; 0 when off), from the operating
     system's randomness: drawn after the candidate is built, so neither its import nor its constructor can
     replay the trials' draws and store their answers for its forward to look up."""
-    import secrets
-
     return secrets.randbits(30) + 1 if config.secret_inputs else 0
 
 

@@ -42,12 +42,13 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
         where = f"inside @triton.jit kernel `{name}`"
         own = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
         own |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        known = bound | own
         for node in ast.walk(fn):
             line = getattr(node, "lineno", "?")
             problem = ""
             if isinstance(node, ast.Name) and node.id in other_names:
                 problem = f"line {line}: `{node.id}` {where}: a kernel uses triton.language only"
-            elif isinstance(node, ast.Name) and node.id not in bound | own:
+            elif isinstance(node, ast.Name) and node.id not in known:
                 # the interpreter runs the body in the module's namespace, where it adds names of its own (`np`)
                 problem = f"line {line}: `{node.id}` {where} is bound nowhere in the module"
             elif isinstance(node, ast.Call):
@@ -55,9 +56,10 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
                 root = callee
                 while isinstance(root, (ast.Attribute, ast.Subscript)):
                     root = root.value
+                # a callee rooted in an expression is a method of a value the kernel computed (`tl.load(p).to(...)`)
                 if not isinstance(root, ast.Name):
-                    pass  # a method of a value the kernel computed: `tl.load(p).to(tl.float32)`
-                elif isinstance(callee, ast.Subscript) or (root.id in module_level and callee is not root):
+                    continue
+                if isinstance(callee, ast.Subscript) or (root.id in module_level and callee is not root):
                     problem = f"line {line}: calls `{dotted(callee) or root.id + '[…]'}` {where}: a kernel may call only triton.language"
                 elif isinstance(callee, ast.Name):
                     allowed = mod.kernels | KERNEL_BUILTINS | triton_names
