@@ -205,6 +205,8 @@ class ProblemReport:
     seconds: float = 0.0
     size: str = ""
     note: str = ""  # a check that could not run and was skipped (the verdict stands without it)
+    # a check failed after the reference ran (out of memory in a comparison, an error in the checker): no verdict
+    check_failed: bool = False
 
     @property
     def ok(self) -> bool:

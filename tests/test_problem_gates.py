@@ -186,3 +186,151 @@ def test_conv_transpose_on_cudnn_counts_as_deterministic_and_budget_comes_from_t
     report, poisoned = check_problem_job(job, tmp_path, "cuda")
     assert not poisoned and report.deterministic and report.ok, report.reason
     assert free_bytes("cuda") > 2**30
+
+
+# ----------------------------------------------------------------------------------------------------
+# full-size outputs compared piece by piece (magnitude.pieces)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_pieces(monkeypatch):
+    """Pieces of 7 elements: every comparison below spans many pieces, and a difference sits in a late one."""
+    from kzcore.evaluate import magnitude
+
+    monkeypatch.setattr(magnitude, "PIECE_ELEMENTS", 7)
+
+
+def _verdicts(pairs):
+    from kzcore.builtins.outputs import compare
+
+    out = []
+    for e, a in pairs:
+        check = compare([e], [a], EvalConfig())
+        out.append((check.ok, check.message, check.max_abs_err, check.max_rel_err))
+    return out
+
+
+def _comparison_cases():
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(5, 13, generator=g)
+    late = e.clone()
+    late[4, 11] += 1.0  # one element out, in the last piece
+    nan = e.clone()
+    nan[3, 2] = float("nan")
+    inf_e = e.clone()
+    inf_e[4, 12] = float("inf")
+    inf_match, inf_wrong = inf_e.clone(), inf_e.clone()
+    inf_wrong[4, 12] = 1.0
+    near = e + 1e-4 * torch.randn(5, 13, generator=g)
+    cplx = torch.complex(e, e.flip(0))
+    return [(e, near), (e, late), (e, nan), (inf_e, inf_match), (inf_e, inf_wrong), (e, e.t().contiguous().t()),
+            (cplx, cplx + 1e-5), (cplx, cplx * 1.5)]  # fmt: skip
+
+
+def test_output_checks_piece_by_piece_give_the_verdicts_of_one_piece(tiny_pieces, monkeypatch):
+    from kzcore.evaluate import magnitude
+
+    cases = _comparison_cases()
+    pieced = _verdicts(cases)
+    monkeypatch.setattr(magnitude, "PIECE_ELEMENTS", 1 << 24)
+    whole = _verdicts(cases)
+    assert pieced == whole
+    assert [ok for ok, *_ in whole] == [True, False, False, True, False, True, True, False]
+    assert "1 of 65 elements outside" in whole[1][1] and "1 NaN values" in whole[2][1]
+
+
+def test_runs_differ_piece_by_piece_finds_a_difference_in_a_late_piece(tiny_pieces):
+    a = torch.randn(10, 10)
+    b = a.clone()
+    assert runs_differ([a], [b]) == ""
+    b[9, 9] += 1.0
+    assert "1 of 100 elements differ" in runs_differ([a], [b])
+    noisy = a * (1 + (torch.rand_like(a) - 0.5) * 4e-7)  # float-reordering noise in every piece
+    assert runs_differ([a], [noisy]) == ""
+
+
+def test_one_ulp_away_piece_by_piece_moves_each_nonzero_element_one_ulp(tiny_pieces):
+    from kzcore.evaluate.degeneracy import one_ulp_away
+
+    x = torch.randn(9, 11)
+    x[0, :3] = 0
+    y = one_ulp_away(x, seed=3)
+    up, down = torch.nextafter(x, torch.tensor(float("inf"))), torch.nextafter(x, torch.tensor(float("-inf")))
+    assert bool(((y == up) | (y == down))[x != 0].all()) and bool((y[x == 0] == 0).all())
+    assert 20 < int((y == up)[x != 0].sum()) < 76  # both ways, at random
+    assert torch.equal(y, one_ulp_away(x, seed=3)) and y.data_ptr() != x.data_ptr()
+
+
+def test_a_check_that_fails_after_the_reference_ran_reaches_no_verdict(tmp_path, monkeypatch):
+    """An error in the checks after the reference ran (on a GPU: out of memory in a comparison) leaves the
+    problem neither passed nor flagged: its results still count, it is named as unchecked, and its report is
+    not cached, so the next run checks it again."""
+    from kzcore.evaluate.problem_check import checked_problems, degenerate_reason, unchecked_reason
+
+    # the second run (the determinism check's, seeded 2 before forward) raises
+    flaky = problem(
+        "if torch.initial_seed() == 2:\n    raise RuntimeError('CUDA out of memory (a stand-in)')\nreturn torch.tanh(x)",
+        name="flaky",
+    )
+    report, poisoned = check_problem_job(ProblemCheckJob(flaky, CPU), tmp_path, "cpu")
+    assert poisoned  # out of memory: the worker is replaced, to start clean
+    assert report.ok_runs and report.check_failed and not report.ok
+    assert "check failed: RuntimeError: CUDA out of memory" in report.reason
+    assert unchecked_reason(report) == report.reason and degenerate_reason(report) == ""
+
+    class InProcess:
+        def __init__(self):
+            self.checked = []
+
+        def map(self, jobs):
+            for job in jobs:
+                self.checked.append(job.problem.name)
+                yield check_problem_job(job, tmp_path, "cpu")[0]
+
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+    good = problem("return torch.tanh(x)", name="good")
+    pool = InProcess()
+    first = checked_problems([flaky, good], CPU, pool, "cpu")
+    assert first[flaky.key].check_failed and first[good.key].ok
+    checked_problems([flaky, good], CPU, pool, "cpu")
+    assert pool.checked == ["flaky", "good", "flaky"]  # the good one's verdict came from the cache
+
+
+PEAK_SCRIPT = """
+import resource, sys
+from pathlib import Path
+from kzcore.evaluate.problem_check import check_problem_job
+from kzcore.types import EvalConfig, Problem, ProblemCheckJob
+
+def instance_norm(n):
+    source = (
+        "import torch\\nclass Model(torch.nn.Module):\\n    def forward(self, x):\\n"
+        "        return torch.nn.functional.instance_norm(x)\\n"
+        f"def get_inputs():\\n    return [torch.randn(8, 16, {n})]\\ndef get_init_inputs():\\n    return []\\n"
+    )
+    return ProblemCheckJob(Problem(name="norm", level=1, source=source), EvalConfig(device="cpu"))
+
+check_problem_job(instance_norm(64), Path(sys.argv[1]), "cpu")  # imports and plugins loaded before the baseline
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+report, _ = check_problem_job(instance_norm(1 << 17), Path(sys.argv[1]), "cpu")
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(report.ok, report.reason, (peak - before) * 1024 / (8 * 16 * (1 << 17) * 4))
+"""
+
+
+def test_a_full_size_check_needs_a_few_copies_of_the_output_not_a_dozen(tmp_path):
+    """The check's peak memory over a problem whose input and output are 64 MiB each (in its own process, by
+    the kernel's count of resident memory): the runs' inputs, clones and outputs, and comparisons made piece by
+    piece. Made whole in float64, the determinism check alone took 12 copies of the output and ran a 7 GiB
+    InstanceNorm out of an 80 GiB GPU, leaving the problem without a verdict."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "peak.py"
+    script.write_text(PEAK_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ok, *_, ratio = done.stdout.split()
+    assert ok == "True", done.stdout
+    assert float(ratio) <= 7.0, done.stdout

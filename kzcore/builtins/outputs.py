@@ -79,40 +79,58 @@ compare_outputs = compare  # its public name (``kzcore.compare_outputs``): a plu
 
 
 def _fast(e_w, a_w, tol) -> tuple[float, float, float]:
-    """(elements outside tolerance, max abs error, max relative error) in one device sync; in place where a
-    temporary allows, since the checked timed pairs run this on every checked output."""
+    """(elements outside tolerance, max abs error, max relative error) in one device sync; piece by piece
+    (`magnitude.pieces`) and in place where a temporary allows, since the checked timed pairs run this on every
+    checked output and a full-size output's temporaries must not take several times its memory."""
     import torch
 
-    diff = (a_w - e_w).abs() if e_w.is_complex() else (a_w - e_w).abs_()  # a complex abs is real: not in place
-    size = e_w.abs()
-    n_out = (diff <= size.mul(tol.rtol).add_(tol.atol)).logical_not_().sum()
-    rel = diff / size.clamp_min_(tol.atol)
+    counts, abs_maxes, rel_maxes = [], [], []
+    for e, a in magnitude.pieces(e_w, a_w):
+        diff = (a - e).abs() if e.is_complex() else (a - e).abs_()  # a complex abs is real: not in place
+        size = e.abs()
+        counts.append((diff <= size.mul(tol.rtol).add_(tol.atol)).logical_not_().sum())
+        abs_maxes.append(diff.max())
+        rel_maxes.append((diff / size.clamp_min_(tol.atol)).max())
+        del diff, size
+    if len(counts) > 1:
+        counts, abs_maxes, rel_maxes = (
+            [torch.stack(counts).sum()],
+            [torch.stack(abs_maxes).max()],
+            [torch.stack(rel_maxes).max()],
+        )
     # the count as a float: exact up to 2**24 and never 0 when some element is out
-    n_out, max_abs, max_rel = torch.stack([n_out.to(diff.dtype), diff.max(), rel.max()]).tolist()
+    n_out, max_abs, max_rel = torch.stack([counts[0].to(abs_maxes[0].dtype), abs_maxes[0], rel_maxes[0]]).tolist()
     return n_out, max_abs, max_rel
 
 
-def _exact(where: str, e64, a64, tol, worst_abs: float, worst_rel: float) -> OutputCheck:
-    """The slow path, for outputs with elements outside tolerance or non-finite: NaN where the reference has
-    none fails; matching infinities and NaN where the reference has NaN count as equal."""
+def _exact(where: str, e_w, a_w, tol, worst_abs: float, worst_rel: float) -> OutputCheck:
+    """The slow path, for outputs with elements outside tolerance or non-finite, piece by piece
+    (`magnitude.pieces`): NaN where the reference has none fails; matching infinities and NaN where the
+    reference has NaN count as equal."""
     import torch
 
-    bad_nan = torch.isnan(a64) & ~torch.isnan(e64)
-    if bad_nan.any():
-        return OutputCheck(False, f"{where} has {int(bad_nan.sum())} NaN values where the reference has none")
-    diff = (a64 - e64).abs()
-    both_inf = torch.isinf(e64) & (a64 == e64)
-    diff = torch.where(both_inf | (torch.isnan(e64) & torch.isnan(a64)), torch.zeros_like(diff), diff)
-    worst_abs = max(worst_abs, float(diff.max()))
-    rel = torch.nan_to_num(diff / e64.abs().clamp_min(tol.atol), nan=0.0, posinf=float("inf"))
-    worst_rel = max(worst_rel, float(rel.max()))
-    # an infinite reference element is matched only by the same infinity (inf <= atol + rtol * inf is True)
-    over = (diff > tol.atol + tol.rtol * e64.abs()) | (torch.isinf(e64) & ~both_inf)
-    if over.any():
+    bad_nans, abs_maxes, rel_maxes, overs = [], [], [], []
+    for e, a in magnitude.pieces(e_w, a_w):
+        bad_nans.append((torch.isnan(a) & ~torch.isnan(e)).sum())
+        diff = (a - e).abs()
+        both_inf = torch.isinf(e) & (a == e)
+        diff.masked_fill_(both_inf | (torch.isnan(e) & torch.isnan(a)), 0)
+        abs_maxes.append(diff.max())
+        rel_maxes.append(torch.nan_to_num(diff / e.abs().clamp_min(tol.atol), nan=0.0, posinf=float("inf")).max())
+        # an infinite reference element is matched only by the same infinity (inf <= atol + rtol * inf is True)
+        overs.append(((diff > tol.atol + tol.rtol * e.abs()) | (torch.isinf(e) & ~both_inf)).sum())
+        del diff, both_inf
+    bad_nan = int(torch.stack(bad_nans).sum())
+    if bad_nan:
+        return OutputCheck(False, f"{where} has {bad_nan} NaN values where the reference has none")
+    max_abs = float(torch.stack(abs_maxes).max())
+    worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, float(torch.stack(rel_maxes).max()))
+    over = int(torch.stack(overs).sum())
+    if over:
         return OutputCheck(
             False,
-            f"{where}: {int(over.sum())} of {e64.numel()} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
-            f"(max abs err {float(diff.max()):.3g})",
+            f"{where}: {over} of {e_w.numel()} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
+            f"(max abs err {max_abs:.3g})",
             worst_abs,
             worst_rel,
         )

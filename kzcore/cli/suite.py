@@ -93,7 +93,7 @@ def _report_line(report) -> str:
 def _suite_check(problems, args, console) -> int:
     from rich.table import Table
 
-    from kzcore.evaluate.problem_check import DEVICE_BUDGET, check_problems
+    from kzcore.evaluate.problem_check import DEVICE_BUDGET, check_problems, unchecked_reason
 
     config = _config_from(args)
     budget = int(args.max_memory * 2**30) if args.max_memory else DEVICE_BUDGET
@@ -136,6 +136,11 @@ def _suite_check(problems, args, console) -> int:
     console.print(table)
     bad = sum(not r.ok for r in reports)
     console.print(f"{len(reports) - bad} of {len(reports)} problems pass every check")
+    unchecked = [r.key for r in reports if unchecked_reason(r)]
+    if unchecked:  # neither passed nor flagged: a failed check (out of memory, a timeout) says nothing of them
+        console.print(
+            f"{len(unchecked)} reached no verdict (their check did not run to the end): {', '.join(unchecked)}"
+        )
     # the wall time beside the checks' own seconds: what went to worker start-up, dispatch and re-checks
     inside = sum(r.seconds or 0.0 for r in reports)
     console.print(f"checked in {time.perf_counter() - started:.1f} s ({inside:.1f} s inside the problems' checks)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from kzcore.evaluate.magnitude import RTOL_FLOOR, relative_errors
+from kzcore.evaluate.magnitude import RTOL_FLOOR, float64_sum, pieces, relative_errors
 from kzcore.types import EvalConfig, OutputCheck
 
 # (expected outputs, trivial outputs) -> the verdict of the output check candidates face
@@ -31,7 +31,7 @@ def mean_constant(output):
         return torch.full_like(output, bool(output.double().mean() >= 0.5))
     if output.is_complex():
         return torch.full_like(output, complex(output.mean()))
-    mean = float(output.double().mean())
+    mean = float64_sum(output) / output.numel()
     return torch.full_like(output, mean if output.is_floating_point() else round(mean))
 
 
@@ -55,7 +55,6 @@ def degeneracy_reasons(outputs_a: list, outputs_b: list, check: OutputChecker) -
     ``outputs_a`` / ``outputs_b``: the same model's outputs for two independently drawn inputs; ``check``: the
     output check candidates face. Each output in turn is replaced by each trivial stand-in, the others kept
     as the reference gave them; a stand-in that passes is a reason."""
-    import torch
 
     reasons, stats = [], {}
     for i, a in enumerate(outputs_a):
@@ -63,7 +62,7 @@ def degeneracy_reasons(outputs_a: list, outputs_b: list, check: OutputChecker) -
         if not a.numel():
             continue
         floating = a.is_floating_point() or a.is_complex()
-        mean_abs = float(a.detach().abs().mean(dtype=torch.float64)) if floating else None
+        mean_abs = float64_sum(a, absolute=True) / a.numel() if floating else None
         if mean_abs is not None:
             stats[f"{where} mean_abs"] = mean_abs
         passed = set()
@@ -72,7 +71,7 @@ def degeneracy_reasons(outputs_a: list, outputs_b: list, check: OutputChecker) -
             if check(outputs_a, faked).ok:
                 passed.add(kind)
             if kind == "other inputs" and floating:
-                change = float((a.detach() - stand_in.detach()).abs().mean(dtype=torch.float64))
+                change = sum(float64_sum(x - y, absolute=True) for x, y in pieces(a, stand_in)) / a.numel()
                 stats[f"{where} relative_change"] = change / max(mean_abs, 1e-12)
             del stand_in, faked  # at full size each is as large as the output
         if "zeros" in passed:
@@ -88,15 +87,19 @@ def degeneracy_reasons(outputs_a: list, outputs_b: list, check: OutputChecker) -
 def one_ulp_away(tensor, seed: int):
     """``tensor`` with every nonzero element moved to a neighbouring value of its dtype, up or down at random
     (seeded): inputs as close to the originals as the dtype allows. Zeros stay (a float mask tested against 0
-    keeps its meaning); other tensors are returned as they are."""
+    keeps its meaning); other tensors are returned as they are. Made piece by piece (`magnitude.pieces`) into
+    one new tensor, so a full-size input costs one copy of itself."""
     import torch
 
     if not tensor.is_floating_point():
         return tensor
     generator = torch.Generator(device=tensor.device).manual_seed(seed)
-    up = torch.rand(tensor.shape, generator=generator, device=tensor.device) < 0.5
+    out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     inf = torch.tensor(float("inf"), dtype=tensor.dtype, device=tensor.device)
-    return torch.where(tensor == 0, tensor, torch.nextafter(tensor, torch.where(up, inf, -inf)))
+    for src, dst in pieces(tensor, out):
+        up = torch.rand(src.shape, generator=generator, device=src.device) < 0.5
+        dst.copy_(torch.where(src == 0, src, torch.nextafter(src, torch.where(up, inf, -inf))))
+    return out
 
 
 def rounding_noise_reasons(outputs: list, nearby: list, config: EvalConfig) -> tuple[list[str], dict[str, float]]:

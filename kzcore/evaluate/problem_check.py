@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 from kzcore.evaluate import refwatch, sizes
 from kzcore.evaluate.checking import check_outputs
 from kzcore.evaluate.degeneracy import degeneracy_reasons, one_ulp_away, rounding_noise_reasons
+from kzcore.evaluate.magnitude import pieces
 from kzcore.evaluate.pipeline import as_list, candidate_error, clone_inputs, is_fatal_device_error
 from kzcore.problems import import_module_from_file
 from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport, from_json, to_json
@@ -33,7 +35,7 @@ PROPOSER_BUDGET = 16 * 2**30  # what check_problems uses unless told (the Propos
 # raised to a few ulps of the output's dtype. Dropout or torch.rand in forward change whole elements.
 DETERMINISM_ELEMENT = 1e-3
 DETERMINISM_NORM = 1e-5
-CHECK_VERSION = 4  # bump when a change to the checks should invalidate cached reports
+CHECK_VERSION = 5  # bump when a change to the checks should invalidate cached reports
 
 _counter = itertools.count()
 
@@ -61,8 +63,10 @@ def _run(
         watcher = refwatch.ProblemWatch(module, model, seed=seed_forward) if watch else None
         torch.manual_seed(seed_inputs)
         inputs = list(module.get_inputs())
-    if nudged:
-        inputs = [one_ulp_away(x, seed_inputs) if isinstance(x, torch.Tensor) else x for x in inputs]
+    if nudged:  # one input at a time, each original let go as its copy is made
+        for k in range(len(inputs)):
+            if isinstance(inputs[k], torch.Tensor):
+                inputs[k] = one_ulp_away(inputs[k], seed_inputs)
     torch.manual_seed(seed_forward)
     with torch.no_grad():
         outputs = as_list(model(*clone_inputs(inputs)))
@@ -92,9 +96,20 @@ def free_bytes(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def float_pieces(a, b):
+    """``a`` and ``b`` (complex as pairs of reals) in matching float64 pieces (`magnitude.pieces`), NaN and
+    Inf replaced by finite values."""
+    import torch
+
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    for x, y in pieces(a, b):
+        yield x.double().nan_to_num(), y.double().nan_to_num()
+
+
 def runs_differ(first: list, again: list) -> str:
     """Why two runs of the same model on the same inputs disagree beyond float-reordering noise ("" when
-    they do not)."""
+    they do not). Compared piece by piece (`magnitude.pieces`), in float64 with NaN and Inf made finite."""
     import torch
 
     for i, (a, b) in enumerate(zip(first, again)):
@@ -108,17 +123,18 @@ def runs_differ(first: list, again: list) -> str:
         if not a.numel():
             continue
         eps = torch.finfo(a.dtype).eps if a.is_floating_point() else torch.finfo(a.real.dtype).eps
-        x, y = torch.nan_to_num(a.detach().double()), torch.nan_to_num(b.detach().double())
-        if a.is_complex():
-            x, y = (
-                torch.view_as_real(a.detach().cdouble()).nan_to_num(),
-                torch.view_as_real(b.detach().cdouble()).nan_to_num(),
-            )
-        diff = (x - y).abs()
-        scale = x.abs().mean()
         element_tol, norm_tol = max(DETERMINISM_ELEMENT, 4 * eps), max(DETERMINISM_NORM, eps)
-        off = int((diff > element_tol * (x.abs() + scale)).sum())
-        ratio = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(x).clamp_min(1e-300))
+        # first pass: the mean |x| every element's bound adds, and the two norms; second: the elements off
+        abs_sum = diff_sq = ref_sq = 0.0
+        count = 0
+        for x, y in float_pieces(a, b):
+            abs_sum += float(x.abs().sum())
+            diff_sq += float((x - y).square().sum())
+            ref_sq += float(x.square().sum())
+            count += x.numel()
+        scale = abs_sum / count
+        off = sum(int(((x - y).abs() > element_tol * (x.abs() + scale)).sum()) for x, y in float_pieces(a, b))
+        ratio = math.sqrt(diff_sq) / max(math.sqrt(ref_sq), 1e-300)
         if off or ratio > norm_tol:
             return (
                 f"{where}: {off} of {a.numel()} elements differ beyond float noise (error norm {ratio:.2g} of the "
@@ -195,6 +211,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
     except Exception as exc:  # in the checks themselves: still a report, never a dead worker loop
         poisoned = poisoned or is_fatal_device_error(exc)
         fields["reason"] = "check failed: " + candidate_error(exc, path)
+        fields["check_failed"] = True  # no verdict: neither passed nor flagged, and not cached
     finally:
         path.unlink(missing_ok=True)
     return ProblemReport(**fields, seconds=round(time.perf_counter() - t0, 4)), poisoned
@@ -296,7 +313,7 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
         for p in todo:
             report = fresh.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back")
             reports[p.key] = report
-            if report.ok_runs:  # it ran to a verdict: worth keeping
+            if reached_verdict(report):  # worth keeping
                 path = folder / f"{cache_key(p, config, device, executor)}.json"
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(to_json(report)))
@@ -304,17 +321,23 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
     return reports
 
 
+def reached_verdict(report: ProblemReport) -> bool:
+    """The reference ran and every check on it ran to the end (passed or not)."""
+    return report.ok_runs and not report.check_failed
+
+
 def unchecked_reason(report: ProblemReport) -> str:
     """Why the check reached no verdict on this problem ("" when it did): its reference did not run (an error,
-    over the memory budget) or the check did not finish (a timeout, a lost worker). Such a problem is not
-    flagged, so its candidates' results count, but nothing says the problem can tell a kernel from no kernel."""
-    return "" if report.ok_runs else (report.reason or "the problem check reached no verdict")
+    over the memory budget), a check on it failed (out of device memory in a comparison) or the check did not
+    finish (a timeout, a lost worker). Such a problem is not flagged, so its candidates' results count, but
+    nothing says the problem can tell a kernel from no kernel."""
+    return "" if reached_verdict(report) else (report.reason or "the problem check reached no verdict")
 
 
 def degenerate_reason(report: ProblemReport) -> str:
     """Why results on this problem should not count ("" when they should): it ran, but its outputs are
     random, non-finite or degenerate. A problem that did not run (or ran out of budget) is not flagged: its
     candidates' own results say what happened."""
-    if not report.ok_runs or report.ok:
+    if not reached_verdict(report) or report.ok:
         return ""
     return report.reason or "the problem check failed"
