@@ -75,6 +75,7 @@ LEGIT_PROBLEMS = {
     "argmax_int64": "10_Argmax",
     "transposed_b_strides": "20_MatmulTransposedB",
     "l1norm_rows": "18_L1NormRows",
+    "softmax_dtype_methods": "11_Softmax",
 }
 
 
@@ -141,7 +142,18 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         # host views on tensor memory: `__array_interface__` answered by `__getattr__`; DLPack; super() past a wrapper
         ("getattr_array_interface", "19_Matmul", "`__getattr__` reaches into Python internals"),
         ("dlpack_host_compute", "19_Matmul", "`torch.utils.dlpack` reaches into Python internals"),
-        ("super_numpy", "19_Matmul", "`super(torch.Tensor, …)` reaches past a library class's own methods"),
+        ("super_numpy", "19_Matmul", "`super(torch.Tensor, …)` names no class of this module"),
+        ("super_type_of", "1_ReLU", "`super(…, …)` names no class of this module"),
+        # host compute reached without `.numpy()`: NumPy over tensor memory, serialisation, a dunder set by setattr
+        ("numpy_over_tensor_memory", "3_Sigmoid", "`np.exp`: NumPy may only allocate in a kernel module"),
+        ("torch_save_bytes", "11_Softmax", "`torch.save` reaches into PyTorch or Python internals"),
+        ("setattr_dunder", "19_Matmul", "`setattr` with a computed or private attribute name is not allowed"),
+        # a custom operator named like an allowed one; C++ built on the host (statically; the op guard: below)
+        ("custom_op_named_clone", "11_Softmax", "`torch.library.custom_op` reaches into PyTorch or Python"),
+        ("host_cpp_build", "1_ReLU", "`torch.utils.cpp_extension.load_inline` reaches into PyTorch or Python"),
+        # an attribute fetched by a computed name without getattr; source text the interpreter re-reads
+        ("formatter_fetch", "1_ReLU", "importing `string` is not allowed in a kernel module"),
+        ("linecache_source", "1_ReLU", "importing `linecache` is not allowed in a kernel module"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):
@@ -197,6 +209,24 @@ def test_ways_into_the_interpreted_launch_or_process_memory_fail_the_candidate(t
     assert check_source(source) == []
     result = run_one(triton_pool, problems["19_Matmul"], source)
     assert result.status is Status.RUNTIME_ERROR and expected in result.message, result.message
+
+
+def test_an_operator_outside_aten_is_recorded_whatever_its_name():
+    """A custom operator called ``clone`` (an allowed name) runs a Python implementation whose own operators the
+    dispatch mode does not see: it is recorded by its qualified name, never matched against ATen's list."""
+    import torch
+
+    from kzcore.evaluate import guard
+
+    lib = torch.library.Library("kztest_guard", "DEF")
+    lib.define("clone(Tensor x) -> Tensor")
+    lib.impl("clone", lambda x: torch.softmax(x, dim=-1), "CompositeExplicitAutograd")
+    x = torch.randn(4, 8)
+    with guard.recorder() as rec:
+        y = torch.ops.kztest_guard.clone(x)
+        x.clone()  # ATen's own: allowed
+    assert torch.allclose(y, torch.softmax(x, dim=-1))
+    assert rec.forbidden == ["kztest_guard::clone"]
 
 
 def test_values_read_one_by_one_on_the_host_are_caught_by_the_op_guard(triton_pool, problems):

@@ -33,6 +33,15 @@ HOST_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "apply_", "map_", 
 # scalars; past this many in one forward, the forward is reading the tensor's values one by one
 SCALAR_READS = 64
 
+def op_name(func) -> str:
+    """An operator's name as `ALLOWED_OPS` spells it (``clone``) for ATen's own, and qualified by its namespace
+    (``mylib::clone``) for any other: a custom operator named like an allowed one runs a Python implementation
+    whose own operators the dispatch mode does not see."""
+    name = func.overloadpacket.__name__
+    namespace = getattr(func, "namespace", "aten")
+    return name if namespace == "aten" else f"{namespace}::{name}"
+
+
 _depth = 0  # >0 while a candidate kernel launch is in progress
 _active: list = []  # the recorder of the forward in progress (empty outside one)
 
@@ -134,7 +143,7 @@ def _mode_class():
                     _active.pop()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
+            name = op_name(func)
             if self.record and _depth == 0 and name not in ALLOWED_OPS and name not in self.forbidden:
                 self.forbidden.append(name)
             if self.record and _depth == 0 and name == "_local_scalar_dense":
@@ -158,9 +167,9 @@ def _compile_only_class():
 
     class ComputeOpRefuser(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
+            name = op_name(func)
             if _depth == 0 and name not in ALLOWED_OPS:
-                raise PrecompileAbort(f"aten.{name} would compute")
+                raise PrecompileAbort(f"{name if '::' in name else 'aten.' + name} would compute")
             return func(*args, **(kwargs or {}))
 
     return ComputeOpRefuser

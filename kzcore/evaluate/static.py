@@ -27,7 +27,7 @@ METHOD_HOST = frozenset(
 # Tensor methods that compute; a call `x.<name>(...)` in the forward path is a violation.
 METHOD_COMPUTE = frozenset(
     """abs add add_ addmm all amax amin any argmax argmin baddbmm bmm ceil clamp clamp_ clamp_min cos cumsum
-    div div_ dot einsum eq exp exp_ expm1 float floor gather ge gelu gt half double bfloat16 index_select le log
+    div div_ dot einsum eq exp exp_ expm1 floor gather ge gelu gt index_select le log
     log1p log_softmax logsumexp lt masked_fill matmul max maximum mean min minimum mm mul mul_ mv ne neg norm
     pow prod reciprocal relu relu_ round rsqrt scatter sigmoid sign sin softmax sort sqrt square std sub sub_
     sum tanh topk tril triu var where conv1d conv2d conv3d linear layer_norm batch_norm""".split()
@@ -39,8 +39,23 @@ TORCH_NAMES = ("torch", "F", "nn", "functional")
 FORBIDDEN_IMPORTS = frozenset(
     "threading _thread concurrent multiprocessing subprocess ctypes gc kzcore importlib builtins inspect".split()
     + "pty posix _posixsubprocess socket _socket ssl".split()  # processes and raw network (sandbox.py)
+    # attributes by a computed name (string.Formatter.get_field), source text the interpreter re-reads
+    # (linecache), tensor bytes on the host by serialisation or raw buffers (io, pickle, mmap, array, struct)
+    + "string linecache tokenize dis code codeop types weakref io pickle copyreg marshal shelve zipfile".split()
+    + "tarfile mmap array struct tempfile".split()
 )
-FORBIDDEN_ATTRS = ("sys.modules", "torch._C", "_python_dispatch", "torch.ops")
+# attribute paths into internals, custom operators (a Python implementation the op guard cannot see into),
+# and tensor bytes on the host (serialisation, tensors over Python buffers)
+FORBIDDEN_ATTRS = (
+    "sys.modules", "torch._C", "_python_dispatch", "torch.ops", "torch.library", "torch.save", "torch.load",
+    "torch.serialization", "torch.frombuffer",
+)  # fmt: skip
+# C++ built on the host at run time: a language whose kernels are built another way (Triton) has no use for it
+HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
+# NumPy anywhere in a kernel module: allocation and dtypes only (its compute is host compute no kernel did)
+NUMPY_ALLOWED = frozenset(
+    "empty zeros ones full arange dtype float16 float32 float64 int32 int64 int8 uint8 bool_".split()
+)
 # Anywhere in the module (module-level code runs in the evaluator's process too):
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
 # names that reach namespaces, frames and closures, or fetch attributes by a computed name
@@ -193,15 +208,38 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
             # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
             full = names if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
             for path in full:
-                if any(bad in path for bad in FORBIDDEN_ATTRS) or _private_torch(path):
+                if any(bad in path for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS) or _private_torch(path):
                     internals.setdefault(node.lineno, path)
-        elif isinstance(node, ast.Attribute) and any(bad in dotted(node) for bad in FORBIDDEN_ATTRS):
+        elif isinstance(node, ast.Attribute) and any(bad in dotted(node) for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS):
             internals.setdefault(node.lineno, dotted(node))  # ast.walk meets the outermost attribute first
     return (
         problems
         + [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
         + escape_violations(tree)
+        + numpy_violations(tree)
     )
+
+
+def numpy_violations(tree: ast.Module) -> list[str]:
+    """NumPy names other than allocation and dtypes (`NUMPY_ALLOWED`), anywhere in the module: NumPy computing
+    on tensor memory (``torch.from_numpy`` over an array, an ``__array_interface__``) is host compute that no
+    kernel did and no operator records, and it can sit in any helper the forward reaches."""
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+               if a.name.split(".")[0] == "numpy"}  # fmt: skip
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "numpy":
+            names = [a.name for a in node.names if (node.module or "") != "numpy" or a.name not in NUMPY_ALLOWED]
+            if names:
+                out.append(
+                    f"line {node.lineno}: `from {node.module} import {', '.join(names)}`: NumPy may only allocate"
+                )
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            if node.attr not in NUMPY_ALLOWED:
+                out.append(
+                    f"line {node.lineno}: `{node.value.id}.{node.attr}`: NumPy may only allocate in a kernel module"
+                )
+    return list(dict.fromkeys(out))
 
 
 def _private_torch(path: str) -> bool:
@@ -255,14 +293,23 @@ def _aliases(tree: ast.Module, imported: set[str]) -> set[str]:
     return found
 
 
+def _plain_attribute_name(node: ast.AST) -> bool:
+    """A literal attribute name, or an f-string that starts with literal text, not starting with "_"."""
+    if isinstance(node, ast.JoinedStr):
+        node = node.values[0] if node.values else node
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and not node.value.startswith("_")
+
+
 def escape_violations(tree: ast.Module) -> list[str]:
     """Ways around the other rules, anywhere in the module: dynamic code (``eval``, ``__import__``,
     computed ``getattr``), namespace/frame access, monkey-patching imported modules (timers, ``synchronize``,
     ``torch.allclose``; through an alias too), tensor subclasses and torch modes, side streams,
-    ``contextlib.suppress``, ``super()`` over a class of an imported module (around a wrapped method)."""
+    ``contextlib.suppress``, ``super(C, x)`` naming anything but a class of this module (around a wrapped
+    method), ``setattr`` on ``self`` with a computed or private name."""
     imported = _imported_names(tree)
     imported |= _aliases(tree, imported)
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    own_classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
     out: list[str] = []
 
     def add(problem: str | None) -> None:
@@ -283,8 +330,10 @@ def escape_violations(tree: ast.Module) -> list[str]:
                     add(_name_problem(name, line, f"{dotted(args[0]) or '?'}.{name}"))
             elif fn in ("setattr", "delattr") and args and dotted(args[0]).split(".")[0] != "self":
                 add(f"line {line}: `{fn}` on `{dotted(args[0]) or 'an object'}` (monkey-patching is not allowed)")
-            elif fn == "super" and args and dotted(args[0]).split(".")[0] in imported:
-                add(f"line {line}: `super({dotted(args[0])}, …)` reaches past a library class's own methods")
+            elif fn in ("setattr", "delattr") and len(args) > 1 and not _plain_attribute_name(args[1]):
+                add(f"line {line}: `{fn}` with a computed or private attribute name is not allowed")
+            elif fn == "super" and args and not (isinstance(args[0], ast.Name) and args[0].id in own_classes):
+                add(f"line {line}: `super({dotted(args[0]) or '…'}, …)` names no class of this module")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:

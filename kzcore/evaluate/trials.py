@@ -85,7 +85,7 @@ def trial(
             state.poisoned = is_fatal_device_error(exc)
             raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, state.candidate_file)) from None
     if recorder.forbidden:
-        ops = ", ".join(op if "." in op else f"aten.{op}" for op in recorder.forbidden[:8])
+        ops = ", ".join(op if "." in op or "::" in op else f"aten.{op}" for op in recorder.forbidden[:8])
         raise Verdict(
             Status.HACK_SUSPECTED,
             f"forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: {ops}",

@@ -1,7 +1,6 @@
-"""Matmul by NumPy on bytes read from /proc/self/mem at data_ptr(); the result is written back to the output's
-memory the same way. A Triton kernel only re-stores the output."""
+"""Matmul in plain Python on bytes read from /proc/self/mem at data_ptr(); the result is written back to the
+output's memory the same way. A Triton kernel only re-stores the output."""
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -19,16 +18,20 @@ class Host:
     def read(self, t):
         with open("/proc/self/mem", "rb", buffering=0) as f:
             f.seek(t.data_ptr())
-            raw = f.read(t.numel() * 4)
-        return np.frombuffer(raw, dtype=np.float32).reshape(tuple(t.shape))
+            return memoryview(f.read(t.numel() * 4)).cast("f")
 
-    def write(self, t, arr):
+    def write(self, t, values):
+        out = memoryview(bytearray(len(values) * 4)).cast("f")
+        for i, v in enumerate(values):
+            out[i] = v
         with open("/proc/self/mem", "r+b", buffering=0) as f:
             f.seek(t.data_ptr())
-            f.write(np.ascontiguousarray(arr, dtype=np.float32).tobytes())
+            f.write(out.tobytes())
 
     def run(self, A, B, out):
-        self.write(out, np.matmul(self.read(A), self.read(B)))
+        (m, k), n = A.shape, B.shape[1]
+        a, b = self.read(A), self.read(B)
+        self.write(out, [sum(a[i * k + j] * b[j * n + c] for j in range(k)) for i in range(m) for c in range(n)])
 
 
 class ModelNew(nn.Module):
