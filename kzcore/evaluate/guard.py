@@ -33,6 +33,7 @@ HOST_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "apply_", "map_", 
 # scalars; past this many in one forward, the forward is reading the tensor's values one by one
 SCALAR_READS = 64
 
+
 def op_name(func) -> str:
     """An operator's name as `ALLOWED_OPS` spells it (``clone``) for ATen's own, and qualified by its namespace
     (``mylib::clone``) for any other: a custom operator named like an allowed one runs a Python implementation

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 from kzcore import CompileError, LaunchCounter, guard, import_module_from_file
 
+_CHECKED: dict[str, str] = {}  # a candidate's file -> the text the static check read (read before it runs)
+
 
 def load_module(path: Path):
+    """Import the candidate from ``path``, keeping the text it had before any of its code ran: the static check's
+    text (kzcore writes the checked source there), which the CPU interpreter must run (`_pin_kernels`)."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _interpreter_snapshot()  # Triton's interpreter as it is before any candidate code ran
+    _CHECKED[os.fspath(path)] = path.read_text()
     return import_module_from_file(path, path.stem)
 
 
@@ -53,6 +63,7 @@ def instrument(module):
 
     count = [0]
     wrapped = []  # (kernel, its own run, the counting wrapper)
+    ours: set[int] = set()  # the wrappers' ids: a kernel's `run` must be one of them at an interpreted launch
     for fn, tuned in _jit_functions(module):
         original = fn.run
 
@@ -64,7 +75,7 @@ def instrument(module):
             else:
                 count[0] += 1
             try:
-                with _launch_guard(_fn, args, kwargs):
+                with _launch_guard(_fn, args, kwargs, _Launch(module, _fn, _original, ours)):
                     result = _original(*args, **kwargs)
                     if _compile_only[0]:
                         _load(result)
@@ -73,6 +84,7 @@ def instrument(module):
                 raise CompileError(f"Triton compilation failed: {exc}") from exc
 
         fn.run = run
+        ours.add(id(run))
         wrapped.append((fn, original, run))
 
     @contextlib.contextmanager
@@ -89,23 +101,46 @@ def instrument(module):
     return LaunchCounter(lambda: count[0], bare)
 
 
-def _plain_arguments(args, kwargs) -> None:
-    """Under the CPU interpreter, a launch's arguments must be plain: tensors, numbers, strings, dtypes, None.
-    The interpreter reads an argument through its own methods (``data_ptr``, ``untyped_storage``, ``__index__``)
-    inside the suspended launch, so an object of the candidate's there would run its code unguarded; a compiled
-    kernel refuses such arguments anyway."""
+def _plain_value(value) -> bool:
+    """Exactly a tensor, a Python scalar, a string, None, a dtype (torch's or Triton's own), a ``tl.constexpr`` of
+    one of those but a tensor, or a tuple of plain values: no subclass, whose methods would be the candidate's."""
     import torch
     from triton import language as tl
+    from triton.runtime.jit import TensorWrapper
 
-    plain = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, tl.dtype, tl.constexpr)
+    kind = type(value)
+    if kind in (torch.Tensor, torch.nn.Parameter, int, float, bool, str, type(None), torch.dtype):
+        return True
+    if isinstance(value, tl.dtype):
+        return kind.__module__.startswith("triton.")  # tl.float32, a pointer type: Triton's classes only
+    if kind is tl.constexpr:
+        return (
+            type(value.value) is not torch.Tensor and _plain_value(value.value) and not isinstance(value.value, tuple)
+        )
+    if kind is tuple:
+        return all(_plain_value(v) for v in value)
+    if kind is TensorWrapper:  # triton.reinterpret(x, dtype)
+        return type(value.base) is torch.Tensor and _plain_value(value.dtype)
+    return False
+
+
+def _plain_arguments(args, kwargs) -> None:
+    """Under the CPU interpreter, a launch's arguments must be plain (`_plain_value`): tensors, numbers,
+    strings, dtypes, None, tl.constexpr of a scalar. The interpreter reads an argument through its own methods
+    (``data_ptr``, ``untyped_storage``, ``__index__``, comparisons) inside the suspended launch, and the kernel body
+    gets a constexpr's value as it is, so an object of the candidate's there (a subclass of int or of
+    tl.constexpr, a tensor or function in a constexpr) would run its code unguarded; a compiled kernel refuses such
+    arguments anyway."""
     for name, value in [*((f"argument {i}", v) for i, v in enumerate(args)), *kwargs.items()]:
         if name == "grid":
             continue
-        if type(value) not in (torch.Tensor, torch.nn.Parameter) and (
-            isinstance(value, torch.Tensor) or not isinstance(value, plain)
-        ):
+        if not _plain_value(value):
+            kind = type(value).__name__
+            if type(value).__name__ == "constexpr":
+                kind = f"constexpr of {type(value.value).__name__}"
             raise TypeError(
-                f"kernel {name} is a {type(value).__name__}: a launch takes tensors, numbers, strings and dtypes"
+                f"kernel {name} is a {kind}: a launch takes tensors, numbers, strings and dtypes (exactly those "
+                "types), and tl.constexpr of a number, string or dtype"
             )
 
 
@@ -120,13 +155,14 @@ def _int_grid(grid):
 
 
 @contextlib.contextmanager
-def _launch_guard(_fn, args, kwargs):
+def _launch_guard(_fn, args, kwargs, launch: _Launch | None = None):
     """The torch-op guard around one launch. On a GPU it stays on throughout: Triton's own launch path runs no
     computing operator, and every callable of the candidate's that a launch calls back (a grid function,
     pre-run hooks, launch hooks, launch metadata, tensor-like arguments) is the forward's code. Under the CPU
     interpreter, which runs the kernel body with torch operators of its own, the launch is suspended and the
     candidate's callbacks that the launch calls are put back under the guard (`guard.guarded`), and its
-    arguments and grid must be plain values (`_plain_arguments`, `_int_grid`)."""
+    arguments and grid must be plain values (`_plain_arguments`, `_int_grid`); the interpreter must be Triton's
+    own and run the kernels the static check read (`_Launch.verify`), checked again after each callback."""
     import os
 
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -135,6 +171,9 @@ def _launch_guard(_fn, args, kwargs):
     from triton import knobs
 
     _plain_arguments(args, kwargs)
+    if launch is not None:
+        launch.verify()
+    recheck = launch.verify if launch is not None else (lambda: None)
     if callable(kwargs.get("grid")):
         grid = kwargs["grid"]
         kwargs["grid"] = lambda meta, _grid=grid: _int_grid(_grid(meta))
@@ -145,12 +184,12 @@ def _launch_guard(_fn, args, kwargs):
     saved_hooks = list(hooks) if hooks is not None else None
     saved = {n: getattr(runtime, n, None) for n in ("launch_enter_hook", "launch_exit_hook")} if runtime else {}
     if callable(kwargs.get("grid")):
-        kwargs["grid"] = guard.guarded(kwargs["grid"])
+        kwargs["grid"] = _then(guard.guarded(kwargs["grid"]), recheck)
     if hooks is not None:
-        hooks[:] = [guard.guarded(h) for h in hooks]
+        hooks[:] = [_then(guard.guarded(h), recheck) for h in hooks]
     for name, hook in saved.items():
         if hook is not None:
-            setattr(runtime, name, guard.guarded(hook))
+            setattr(runtime, name, _then(guard.guarded(hook), recheck))
     try:
         with guard.suspended():
             yield
@@ -160,6 +199,161 @@ def _launch_guard(_fn, args, kwargs):
         for name, hook in saved.items():
             if hook is not None:
                 setattr(runtime, name, hook)
+
+
+def _then(callback, check):
+    """``callback`` followed by ``check`` (what a candidate's callback inside the launch may have changed)."""
+
+    def call(*args, **kwargs):
+        result = callback(*args, **kwargs)
+        check()
+        return result
+
+    return call
+
+
+_INTERPRETER_CLASSES = (
+    "InterpretedFunction",
+    "FunctionRewriter",
+    "GridExecutor",
+    "ASTTransformer",
+    "_InterpreterComparison",
+)
+_INSTANCE_KEYS = frozenset(("fn", "rewriter", "kwargs", "pre_run_hooks", "arg_names", "run"))
+
+
+@functools.cache
+def _interpreter_snapshot() -> dict:
+    """Triton's interpreter module and classes as they were before any candidate ran (taken at a worker's start,
+    `warm_up`, and before a candidate is imported, `load_module`)."""
+    from triton.runtime import interpreter
+
+    semantic = interpreter.interpreter_semantic
+    classes = [getattr(interpreter, n) for n in _INTERPRETER_CLASSES] + [type(semantic)]
+    return {
+        "module": interpreter,
+        "globals": {k: v for k, v in vars(interpreter).items() if not (k.startswith("__") and k.endswith("__"))},
+        "classes": {cls: dict(vars(cls)) for cls in classes},
+        "semantic": dict(vars(semantic)),
+    }
+
+
+_INSTALLED: dict = {}  # kernel function -> the rewrite `_pin_kernels` put in the interpreter's cache
+
+
+class LaunchRefused(RuntimeError):
+    """An interpreted launch that would not run the interpreter's own code on the kernels the static check read."""
+
+
+class _Launch:
+    """What an interpreted launch of ``fn`` (a kernel of ``module``) checks before the kernel body runs."""
+
+    def __init__(self, module, fn, original, ours):
+        self.module, self.fn, self.original, self.ours = module, fn, original, ours
+
+    def verify(self) -> None:
+        snap = _interpreter_snapshot()
+        self._interpreter_unchanged(snap)
+        self._injected_globals(snap)
+        run = snap["classes"][snap["module"].InterpretedFunction].get("run")
+        if (
+            getattr(self.original, "__func__", None) is not run
+            or getattr(self.original, "__self__", None) is not self.fn
+        ):
+            raise LaunchRefused(f"kernel `{_name(self.fn)}`: its launch method was replaced before it was instrumented")
+        _pin_kernels(self.module, snap, self.ours)
+
+    @staticmethod
+    def _interpreter_unchanged(snap) -> None:
+        module = snap["module"]
+        now = {k: v for k, v in vars(module).items() if not (k.startswith("__") and k.endswith("__"))}
+        changed = {k for k in now.keys() | snap["globals"].keys() if now.get(k) is not snap["globals"].get(k)}
+        for cls, members in snap["classes"].items():
+            current = vars(cls)
+            changed |= {f"{cls.__name__}.{k}" for k in current.keys() | members.keys() if k != "rewritten_fn"
+                        and current.get(k) is not members.get(k)}  # fmt: skip
+        semantic = vars(module.interpreter_semantic) if "interpreter_semantic" not in changed else {}
+        changed |= {f"interpreter_semantic.{k}" for k in semantic.keys() | snap["semantic"].keys()
+                    if semantic.get(k) is not snap["semantic"].get(k)}  # fmt: skip
+        if changed:
+            raise LaunchRefused(f"Triton's interpreter was changed ({', '.join(sorted(changed)[:5])}): launch refused")
+
+    def _injected_globals(self, snap) -> None:
+        """Each name the interpreter puts in the kernel's module (`FunctionRewriter._compile_and_exec` adds its
+        globals where the module has none) must be the interpreter's own object there."""
+        from kz_triton.static import INTERPRETER_PREFIXES, interpreter_globals
+
+        namespace = vars(self.module)
+        names = interpreter_globals() | {n for n in snap["globals"] if n.startswith(INTERPRETER_PREFIXES)}
+        for name in names:
+            value = snap["globals"].get(name)
+            if name in namespace and namespace[name] is not value:
+                raise LaunchRefused(
+                    f"the kernel's module binds `{name}`, a name Triton's interpreter puts there: its own must run"
+                )
+
+
+def _name(fn) -> str:
+    return getattr(getattr(fn, "fn", None), "__name__", "?")
+
+
+def _pin_kernels(module, snap, ours) -> None:
+    """Make the interpreter run, for every kernel of the candidate's module, a rewrite of the source the static
+    check read: each kernel must be one the check saw (a ``@triton.jit`` function at its line of the checked
+    text: not one made by calling ``triton.jit``), an unaltered interpreter kernel object; its source is put
+    back in ``linecache`` from the checked text, the source the interpreter reads is compared with it, and its
+    entry in the interpreter's class-level rewrite cache (``InterpretedFunction.rewritten_fn``) is replaced by a
+    fresh rewrite of that source."""
+    import inspect
+    import linecache
+
+    interpreter = snap["module"]
+    cache = interpreter.InterpretedFunction.rewritten_fn
+    for kernel, _tuned in _jit_functions(module):
+        python_fn = kernel.fn
+        where = f"kernel `{getattr(python_fn, '__name__', '?')}`"
+        if type(kernel) is not interpreter.InterpretedFunction:
+            raise LaunchRefused(f"{where} is a {type(kernel).__name__}, not Triton's interpreted kernel")
+        extra = set(vars(kernel)) - _INSTANCE_KEYS
+        if extra or ("run" in vars(kernel) and id(vars(kernel)["run"]) not in ours):
+            raise LaunchRefused(f"{where}: the kernel object was altered ({', '.join(sorted(extra)) or 'run'})")
+        code = getattr(python_fn, "__code__", None)
+        source = _CHECKED.get(getattr(code, "co_filename", None))
+        kernels = _checked_kernels(source) if source is not None else {}
+        if (
+            code is None
+            or type(python_fn).__name__ != "function"
+            or (python_fn.__name__, code.co_firstlineno) not in kernels
+        ):
+            raise LaunchRefused(
+                f"{where} (line {getattr(code, 'co_firstlineno', '?')}) is not a @triton.jit kernel the static check "
+                "read: a kernel is made only by decorating a module-level function with @triton.jit"
+            )
+        checked = source.splitlines(True)
+        held = linecache.cache.get(code.co_filename)
+        if held is not None and len(held) > 2 and held[2] != checked:
+            raise LaunchRefused(f"{where}: linecache holds other text for the candidate's file than the checked source")
+        if cache.get(python_fn, _INSTALLED.get(python_fn)) is not _INSTALLED.get(python_fn):
+            raise LaunchRefused(f"{where}: the interpreter's rewrite cache holds a function that is not its rewrite")
+        linecache.cache[code.co_filename] = (len(source), None, checked, code.co_filename)
+        lines, start = inspect.getsourcelines(python_fn)
+        last = kernels[(python_fn.__name__, code.co_firstlineno)][0]
+        if (
+            start != code.co_firstlineno
+            or lines != checked[start - 1 : start - 1 + len(lines)]
+            or start + len(lines) - 1 < last
+        ):
+            raise LaunchRefused(
+                f"{where}: the source the interpreter would run is not the source the static check read"
+            )
+        cache[python_fn] = _INSTALLED[python_fn] = interpreter.FunctionRewriter(python_fn).rewrite_ast()
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_kernels(source: str):
+    from kz_triton.static import checked_kernels
+
+    return checked_kernels(source)
 
 
 def _load(compiled) -> None:
@@ -213,8 +407,12 @@ def precompile(model, inputs) -> bool:
 def warm_up(device: str) -> None:
     """Import Triton and, on a GPU, build and launch a tiny kernel so the driver utilities and launcher
     toolchain are ready before the first candidate is timed against its deadline."""
+    import os
+
     import triton  # noqa: F401
 
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _interpreter_snapshot()  # before any candidate: what each interpreted launch compares the interpreter with
     if device != "cuda":
         return
     import torch

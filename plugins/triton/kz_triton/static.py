@@ -3,23 +3,202 @@
 The forward path is ``ModelNew.forward`` plus every module-level function and ``ModelNew`` method it
 reaches; ``@triton.jit`` kernels are not part of it. The shared analysis (kzcore.evaluate.static) allows
 only allocation, views and shape queries there (documented in docs/plugins.md and in the prompt).
+
+Under the CPU interpreter a kernel body is plain Python run with the op guard suspended (kz_triton.runtime), so
+the kernel rules here (`kernel_violations`) keep that body to what a compiled kernel could do, and the module
+rules keep the candidate from changing what the interpreter runs: no kernel made by calling ``triton.jit``
+(`jit_by_call_violations`), no module-level binding of a name the interpreter puts in the kernel's module
+(`interpreter_name_violations`). The runtime checks the same at each launch (kz_triton.runtime).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 
 from kzcore import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
 
 # what a kernel body may call by a bare name besides triton's names and the module's other kernels
 KERNEL_BUILTINS = frozenset("range min max len int float bool abs print isinstance".split())
 
+# The methods and attributes Triton's language gives the values a kernel handles (tl.tensor, tl.constexpr,
+# tl.dtype and pointer types, Triton 3.x): a method call in a kernel body on anything but `tl` / `triton` must
+# name one of these (tests/test_interpreter_escapes checks this list against the installed Triton).
+TENSOR_METHODS = frozenset(
+    """T abs advance argmax argmin associative_scan atomic_add atomic_and atomic_cas atomic_load atomic_max
+    atomic_min atomic_or atomic_poll atomic_store atomic_xchg atomic_xor broadcast_to cast cdiv ceil cos cumprod
+    cumsum erf exp exp2 expand_dims flip floor gather histogram item log log2 logical_and logical_or max min
+    permute ravel reduce reduce_or reshape rsqrt sigmoid sin softmax sort split sqrt sqrt_rn store sum to trans
+    view xor_sum""".split()
+)
+DTYPE_METHODS = frozenset(
+    """get_int_max_value get_int_min_value is_bf16 is_block is_bool is_const is_dtype is_floating is_fp16 is_fp32
+    is_fp64 is_fp8 is_fp8e4b15 is_fp8e4b8 is_fp8e4nv is_fp8e5 is_fp8e5b16 is_int is_int1 is_int16 is_int32
+    is_int64 is_int8 is_int_signed is_int_unsigned is_ptr is_standard_floating is_uint16 is_uint32 is_uint64
+    is_uint8 is_void with_element_ty""".split()
+)
+# attributes read on the way to such a method (`x_ptr.dtype.element_ty`, `acc.type.scalar`)
+VALUE_ATTRIBUTES = frozenset("dtype type element_ty scalar shape numel value primitive_bitwidth".split())
+KERNEL_METHODS = TENSOR_METHODS | DTYPE_METHODS
 
-def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
-    """What a ``@triton.jit`` body may not do: call anything but ``triton`` / ``triton.language`` (and Python's
-    ``math``), the module's other kernels, a few builtins and methods of its own values, or name any other
-    imported module (``torch``, ``numpy``). A compiled kernel could not do either; under the CPU interpreter the
-    body is plain Python and would run them outside the op guard's view."""
+# the decorators that make or wrap a kernel: applied only by decorator, on a module-level function
+KERNEL_MAKERS = frozenset(("jit", "autotune", "heuristics"))
+
+# names the interpreter's rewritten kernel refers to; the fallback when the interpreter's source is not found
+_INTERPRETER_FALLBACK = ("interpreter_semantic", "interpreter_builder", "_InterpreterComparison")
+INTERPRETER_PREFIXES = ("_Interpreter", "interpreter_")
+
+
+@functools.cache
+def interpreter_globals() -> frozenset[str]:
+    """The names the CPU interpreter's rewritten kernel body looks up in the kernel's module: those its
+    ``ASTTransformer`` writes into the body (``interpreter_semantic.to_tensor(...)``, ``_InterpreterComparison``),
+    which `FunctionRewriter._compile_and_exec` copies from its own globals into the module only where the module
+    has none, and every global of the interpreter named like them (`INTERPRETER_PREFIXES`). Read from the
+    interpreter's source (triton is not imported here); a fixed list where it cannot be read."""
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("triton")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        tree = ast.parse((Path(roots[0]) / "runtime" / "interpreter.py").read_text())
+    except (ImportError, IndexError, OSError, SyntaxError, ValueError):
+        return frozenset(_INTERPRETER_FALLBACK)
+    emitted, parameters = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and dotted(node.func) in ("ast.Name", "ast.arg"):
+            for kw in node.keywords:
+                if kw.arg in ("id", "arg") and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    (emitted if kw.arg == "id" else parameters).add(kw.value.value)
+    prefixed = {name for name, _line, _path in _module_bindings(tree) if name.startswith(INTERPRETER_PREFIXES)}
+    return frozenset(_INTERPRETER_FALLBACK) | (emitted - parameters) | prefixed
+
+
+def _import_path(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of ``from <module> import ...`` (``package`` resolves a relative one)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1] if node.level > 1 else base
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _module_bindings(tree: ast.Module, package: str = "") -> list[tuple[str, int, str | None]]:
+    """(name, line, imported dotted path or None) for every binding of a module-level name: assignments, for and
+    with targets, walrus, def, class and imports at module level (function and class bodies excluded), and every
+    name any function or class declares ``global``."""
+    out: list[tuple[str, int, str | None]] = []
+
+    def visit(node: ast.AST) -> None:
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append((node.name, line, None))
+            for part in (*node.decorator_list, *getattr(node, "bases", ()), *getattr(node, "keywords", ())):
+                visit(part)
+            if not isinstance(node, ast.ClassDef):
+                for default in (*node.args.defaults, *node.args.kw_defaults):
+                    if default is not None:
+                        visit(default)
+            return
+        if isinstance(node, ast.Lambda):
+            return  # its parameters are its own
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out.append((a.asname, line, a.name) if a.asname else (a.name.split(".")[0], line, a.name.split(".")[0]))
+            return
+        if isinstance(node, ast.ImportFrom):
+            module = _import_path(node, package)
+            for a in node.names:
+                out.append((a.asname or a.name, line, f"{module}.{a.name}"))
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.append((node.id, line, None))
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            out.append((node.name, line, None))
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            out.append((node.rest, line, None))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in tree.body:
+        visit(stmt)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            out += [(name, node.lineno, None) for name in node.names]
+    return out
+
+
+def interpreter_name_violations(tree: ast.Module) -> list[str]:
+    """Bindings and uses of the names Triton's interpreter puts in a kernel's module for its rewritten body
+    (`interpreter_globals`, and any name starting with `INTERPRETER_PREFIXES`): the interpreter adds its own only
+    where the module has none, so a binding of the candidate's (assignment, def, class, import, ``global``) would
+    run instead, inside the suspended launch; the candidate has no business naming them either."""
+    injected = interpreter_globals()
+
+    def theirs(name: str) -> bool:
+        return name in injected or name.startswith(INTERPRETER_PREFIXES)
+
+    out: list[str] = []
+    bound: set[str] = set()
+    for name, line, _path in _module_bindings(tree):
+        if theirs(name):
+            bound.add(name)
+            problem = (
+                f"line {line}: binds `{name}` at module level, a name Triton's interpreter puts in the kernel's "
+                "module (the interpreter would run this instead of its own)"
+            )
+            if problem not in out:
+                out.append(problem)
+    for node in ast.walk(tree):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if name and name not in bound and theirs(name):
+            problem = f"line {node.lineno}: `{name}` is a name of Triton's interpreter, not the candidate's"
+            if problem not in out:
+                out.append(problem)
+    return out
+
+
+def _kernel_maker(node: ast.AST, triton_names: set[str]) -> str:
+    """``triton.jit`` for a Name/Attribute that names one of `KERNEL_MAKERS` through a triton import, else ""."""
+    path = dotted(node)
+    parts = path.split(".")
+    if not path or parts[-1] not in KERNEL_MAKERS:
+        return ""
+    return path if parts[0] in triton_names else ""
+
+
+def jit_by_call_violations(tree: ast.Module, triton_names: set[str]) -> list[str]:
+    """``triton.jit`` / ``autotune`` / ``heuristics`` anywhere but as a decorator of a module-level function:
+    ``kernel = triton.jit(fn)`` makes a kernel whose body the kernel rules never saw (they know kernels by their
+    decorators), and a decorator on a nested function or a method makes one the runtime does not know."""
+    allowed: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                allowed.add(id(dec.func if isinstance(dec, ast.Call) else dec))
+    out: list[str] = []
+    seen_inner: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in seen_inner:
+            continue
+        inner = node.value if isinstance(node, ast.Attribute) else None
+        while isinstance(inner, ast.Attribute):  # `triton.jit` met first: its inner parts are not separate uses
+            seen_inner.add(id(inner))
+            inner = inner.value
+        path = _kernel_maker(node, triton_names)
+        if path and id(node) not in allowed:
+            problem = (
+                f"line {node.lineno}: `{path}` used other than as the decorator of a module-level function: a "
+                "kernel is made only by decorating it (`@triton.jit`), so the kernel rules see its body"
+            )
+            if problem not in out:
+                out.append(problem)
+    return out
+
+
+def _triton_imports(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound by importing triton or math, names bound by importing anything else)."""
     triton_names, other_names = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -30,20 +209,84 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
             root = (node.module or "").split(".")[0]
             for a in node.names:
                 (triton_names if root in ("triton", "math") else other_names).add(a.asname or a.name)
-    module_level = {name for name in mod.functions if name not in mod.kernels} | set(mod.classes)
+    return triton_names, other_names
+
+
+def _literal(node: ast.AST) -> bool:
+    """A constant, a negated one, or a tuple of those."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant) and not isinstance(node.operand.value, (str, bytes))
+    return isinstance(node, ast.Tuple) and all(_literal(e) for e in node.elts)
+
+
+def module_constants(tree: ast.Module, triton_names: set[str]) -> set[str]:
+    """Module-level names whose only binding is ``NAME = <literal>`` or ``NAME = tl.constexpr(<literal>)``."""
+    literal_lines: dict[str, set[int]] = {}
     for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            module_level |= {t.id for t in targets if isinstance(t, ast.Name)}
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if value is None or len(targets) != 1 or not isinstance(targets[0], ast.Name):
+            continue
+        wrapped = (
+            isinstance(value, ast.Call)
+            and dotted(value.func).split(".")[-1] == "constexpr"
+            and dotted(value.func).split(".")[0] in triton_names
+            and len(value.args) == 1
+            and not value.keywords
+        )
+        if _literal(value.args[0] if wrapped else value):
+            literal_lines.setdefault(targets[0].id, set()).add(node.lineno)
+    constants = set(literal_lines)
+    for name, line, _path in _module_bindings(tree):
+        if name in constants and line not in literal_lines[name]:
+            constants.discard(name)  # bound some other way too
+    return constants
+
+
+def _body_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef):
+    """Every node of a kernel's own code: its parameters (annotations, defaults) and body, not its decorators
+    (module code, checked by the module rules)."""
+    for part in (fn.args, *fn.body, *([fn.returns] if fn.returns else [])):
+        yield from ast.walk(part)
+
+
+def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
+    """What a ``@triton.jit`` body may not do: call anything but ``triton`` / ``triton.language`` (and Python's
+    ``math``), the module's other kernels, a few builtins and Triton's own methods of its values (`KERNEL_METHODS`),
+    or name any other imported module (``torch``, ``numpy``) or module-level value but another kernel, a literal
+    constant and triton's modules. A compiled kernel could do none of that; under the CPU interpreter the body is
+    plain Python and would run them outside the op guard's view."""
+    triton_names, other_names = _triton_imports(tree)
+    module_level = {name for name in mod.functions if name not in mod.kernels} | set(mod.classes)
+    module_level |= {name for name, _line, path in _module_bindings(tree) if path is None}
+    constants = module_constants(tree, triton_names)
+    rebound = {name for name, _line, _path in _module_bindings(tree) if name in mod.kernels}
+    rebound = {name for name in rebound if sum(n == name for n, _l, _p in _module_bindings(tree)) > 1}
+    named_ok = (mod.kernels - rebound) | constants | triton_names
     bound = triton_names | other_names | module_level | set(mod.functions) | KERNEL_BUILTINS
     out: list[str] = []
     for name in sorted(mod.kernels):
         fn = mod.functions[name]
         where = f"inside @triton.jit kernel `{name}`"
         own = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-        own |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        own |= {a.arg for a in (fn.args.vararg, fn.args.kwarg) if a is not None}
+        for node in _body_nodes(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                own.add(node.id)
+            elif isinstance(node, ast.Lambda):  # a lambda's parameters are bound inside it
+                args = node.args
+                own |= {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
         known = bound | own
-        for node in ast.walk(fn):
+        call_roots = set()  # a callee's root name: the call rule below says what is wrong with it
+        for node in _body_nodes(fn):
+            if isinstance(node, ast.Call):
+                root = node.func
+                while isinstance(root, (ast.Attribute, ast.Subscript)):
+                    root = root.value
+                call_roots.add(id(root))
+        for node in _body_nodes(fn):
             line = getattr(node, "lineno", "?")
             problem = ""
             if isinstance(node, ast.Name) and node.id in other_names:
@@ -51,26 +294,56 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
             elif isinstance(node, ast.Name) and node.id not in known:
                 # the interpreter runs the body in the module's namespace, where it adds names of its own (`np`)
                 problem = f"line {line}: `{node.id}` {where} is bound nowhere in the module"
+            elif (
+                isinstance(node, ast.Name)
+                and id(node) not in call_roots
+                and node.id not in own | named_ok | KERNEL_BUILTINS
+            ):
+                problem = (
+                    f"line {line}: `{node.id}` {where} is a module-level value: a kernel may name only triton, "
+                    "other @triton.jit kernels and module constants assigned a literal"
+                )
             elif isinstance(node, ast.Call):
-                callee = node.func
-                root = callee
-                while isinstance(root, (ast.Attribute, ast.Subscript)):
-                    root = root.value
-                # a callee rooted in an expression is a method of a value the kernel computed (`tl.load(p).to(...)`)
-                if not isinstance(root, ast.Name):
-                    continue
-                if isinstance(callee, ast.Subscript) or (root.id in module_level and callee is not root):
-                    problem = f"line {line}: calls `{dotted(callee) or root.id + '[…]'}` {where}: a kernel may call only triton.language"
-                elif isinstance(callee, ast.Name):
-                    allowed = mod.kernels | KERNEL_BUILTINS | triton_names
-                    if callee.id not in allowed:
-                        problem = (
-                            f"line {line}: calls `{callee.id}` {where}: a kernel may call only triton.language, "
-                            "other @triton.jit kernels and basic builtins"
-                        )
+                problem = _call_problem(node, where, own, module_level, mod, triton_names)
             if problem and problem not in out:
                 out.append(problem)
     return out
+
+
+def _call_problem(node: ast.Call, where: str, own: set[str], module_level: set[str], mod, triton_names) -> str:
+    line = node.lineno
+    callee = node.func
+    root = callee
+    chain: list[str] = []
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        if isinstance(root, ast.Attribute):
+            chain.append(root.attr)
+        root = root.value
+    chain.reverse()
+    if isinstance(root, ast.Name) and root.id in triton_names and root.id not in own:
+        return ""  # tl.load(...), triton.cdiv(...): triton's own
+    if isinstance(callee, ast.Subscript) or (
+        isinstance(root, ast.Name) and root.id in module_level and root.id not in own and callee is not root
+    ):
+        shown = dotted(callee) or (root.id + "[…]" if isinstance(root, ast.Name) else "…")
+        return f"line {line}: calls `{shown}` {where}: a kernel may call only triton.language"
+    if isinstance(callee, ast.Name):
+        allowed = mod.kernels | KERNEL_BUILTINS | triton_names
+        if callee.id not in allowed or callee.id in own:
+            return (
+                f"line {line}: calls `{callee.id}` {where}: a kernel may call only triton.language, "
+                "other @triton.jit kernels and basic builtins"
+            )
+        return ""
+    # a method of a value the kernel holds (an argument, a local, a computed value): Triton's own methods only
+    method, via = chain[-1], chain[:-1]
+    if method not in KERNEL_METHODS or any(a not in KERNEL_METHODS | VALUE_ATTRIBUTES for a in via):
+        shown = dotted(callee) or f"….{method}"
+        return (
+            f"line {line}: calls `{shown}` {where}: a method call on a kernel's values may only be one of "
+            "triton.language's (`.to()`, `.sum()`, ...)"
+        )
+    return ""
 
 
 def _is_jit(dec: ast.AST) -> bool:
@@ -81,6 +354,20 @@ def _is_jit(dec: ast.AST) -> bool:
 def is_triton_kernel(fn: ast.FunctionDef) -> bool:
     """Decorated with ``triton.jit`` (alone or under autotune/heuristics)."""
     return any(_is_jit(d) for d in fn.decorator_list)
+
+
+def checked_kernels(source: str) -> dict[tuple[str, int], tuple[int, set[str]]]:
+    """For a source that passed `check_source`: (kernel name, its first line as Python counts it, the first
+    decorator's) -> (its last line, the module-level names its body may name: other kernels, constants)."""
+    tree = ast.parse(source)
+    mod = ModuleInfo(tree, is_triton_kernel)
+    out = {}
+    for name in mod.kernels:
+        fn = mod.functions[name]
+        first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+        names = {n.id for n in _body_nodes(fn) if isinstance(n, ast.Name)}
+        out[(name, first)] = (fn.end_lineno or fn.lineno, names)
+    return out
 
 
 def check_source(source: str) -> list[str]:
@@ -99,4 +386,6 @@ def check_source(source: str) -> list[str]:
     if not mod.kernels:
         problems.append("no `@triton.jit` kernel defined")
     problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
-    return problems + kernel_violations(tree, mod) + forward_violations(mod)
+    triton_names, _ = _triton_imports(tree)
+    module_rules = jit_by_call_violations(tree, triton_names) + interpreter_name_violations(tree)
+    return problems + module_rules + kernel_violations(tree, mod) + forward_violations(mod)
