@@ -154,6 +154,10 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         # an attribute fetched by a computed name without getattr; source text the interpreter re-reads
         ("formatter_fetch", "1_ReLU", "importing `string` is not allowed in a kernel module"),
         ("linecache_source", "1_ReLU", "importing `linecache` is not allowed in a kernel module"),
+        # the op guard's dispatch switched off through a private torch module named by attribute path
+        ("no_dispatch_helper", "11_Softmax", "`torch.utils._mode_utils.no_dispatch` reaches into PyTorch"),
+        # a tensor's memory shared as a file, read and written by descriptor on the host
+        ("shared_fd_host", "1_ReLU", "`._share_fd_cpu_` reaches into Python internals"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):

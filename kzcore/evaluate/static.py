@@ -48,7 +48,7 @@ FORBIDDEN_IMPORTS = frozenset(
 # and tensor bytes on the host (serialisation, tensors over Python buffers)
 FORBIDDEN_ATTRS = (
     "sys.modules", "torch._C", "_python_dispatch", "torch.ops", "torch.library", "torch.save", "torch.load",
-    "torch.serialization", "torch.frombuffer",
+    "torch.serialization", "torch.frombuffer", "torch.profiler", "torch.autograd.profiler", "torch.cuda.jiterator",
 )  # fmt: skip
 # C++ built on the host at run time: a language whose kernels are built another way (Triton) has no use for it
 HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
@@ -63,6 +63,10 @@ ESCAPE_NAMES = frozenset(
     """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __base__ __mro__
     __getattribute__ f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter
     methodcaller __getattr__ __array_interface__ __array_struct__ ctypeslib to_dlpack from_dlpack dlpack""".split()
+    # a tensor's memory shared as a file or read and written by file descriptor, around every tensor method
+    + """untyped_storage _typed_storage _share_fd_cpu_ _share_filename_cpu_ _share_cuda_ _new_shared
+    _new_shared_fd_cpu _new_shared_filename_cpu _new_using_fd_cpu _new_using_filename_cpu pread pwrite preadv
+    pwritev memfd_create""".split()
 )
 # hooks that run candidate code inside the evaluator's own calls (every call, line or opcode it makes)
 HOOK_NAMES = frozenset("setprofile settrace setprofile_all_threads settrace_all_threads addaudithook".split())
@@ -210,7 +214,9 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
             for path in full:
                 if any(bad in path for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS) or _private_torch(path):
                     internals.setdefault(node.lineno, path)
-        elif isinstance(node, ast.Attribute) and any(bad in dotted(node) for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS):
+        elif isinstance(node, ast.Attribute) and (
+            any(bad in dotted(node) for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS) or _private_torch(dotted(node))
+        ):  # a private part of torch by attribute path too (`torch.utils._mode_utils.no_dispatch`)
             internals.setdefault(node.lineno, dotted(node))  # ast.walk meets the outermost attribute first
     return (
         problems

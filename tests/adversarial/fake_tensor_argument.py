@@ -1,5 +1,5 @@
-"""A tensor-like kernel argument: the interpreter calls its untyped_storage()/data_ptr() inside the suspended
-launch, and that is where torch computes the matmul. The kernel body itself is innocent."""
+"""A tensor-like kernel argument: the interpreter calls its data_ptr() inside the suspended launch, and that is
+where torch computes the matmul. The kernel body itself is innocent."""
 
 import torch
 import triton
@@ -19,9 +19,6 @@ class Lazy:
 
     def data_ptr(self):
         return self._fill().data_ptr()
-
-    def untyped_storage(self):
-        return self._fill().untyped_storage()
 
     def storage_offset(self):
         return self.out.storage_offset()
