@@ -71,7 +71,7 @@ def degeneracy_reasons(outputs_a: list, outputs_b: list, check: OutputChecker) -
             if check(outputs_a, faked).ok:
                 passed.add(kind)
             if kind == "other inputs" and floating:
-                change = sum(float64_sum(x - y, absolute=True) for x, y in pieces(a, stand_in)) / a.numel()
+                change = sum(float((x - y).abs().double().sum()) for x, y in pieces(a, stand_in)) / a.numel()
                 stats[f"{where} relative_change"] = change / max(mean_abs, 1e-12)
             del stand_in, faked  # at full size each is as large as the output
         if "zeros" in passed:

@@ -18,6 +18,8 @@ def load_module(path: Path):
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         _interpreter_snapshot()  # Triton's interpreter as it is before any candidate code ran
+    _CHECKED.clear()  # one candidate per worker at a time: the last one's text and rewrites are not needed
+    _INSTALLED.clear()
     _CHECKED[os.fspath(path)] = path.read_text()
     return import_module_from_file(path, path.stem)
 

@@ -70,10 +70,10 @@ def test_launch_arguments_must_be_exactly_plain():
     from kz_triton import runtime
 
     class Int(int):
-        pass
+        """An int whose methods would be the candidate's."""
 
     class Constexpr(tl.constexpr):
-        pass
+        """A constexpr whose methods would be the candidate's."""
 
     x = torch.zeros(2)
     runtime._plain_arguments((x, 3, 1.5, True, None, "s", torch.float32, tl.float16, (1, 2)), {"B": tl.constexpr(4)})
