@@ -117,6 +117,12 @@ class TimedRounds:
         if self._checking and self.allocator is not None:
             self.allocator.mark()
 
+    def set_aside_samples(self) -> dict[str, list[list[float]]]:
+        """The samples handed over so far, replaced by empty lists: a timer that times a second pass and keeps
+        one of the two puts back the first pass's (``rounds.samples = ...``) when it keeps that one."""
+        samples, self.samples = self.samples, {side: [[] for _ in self.ref_placed] for side in SIDES}
+        return samples
+
     def took(self, side: str, outputs, ms: float | None = None) -> None:
         """After one call of the pair, the device synchronized: keep what it returned until `end`; a checked
         pair's candidate outputs are validated and copied now, before anything else runs. ``ms``: the call's

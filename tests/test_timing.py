@@ -17,11 +17,14 @@ from kzcore.builtins.timing import (
     MAX_COVER_US,
     RETAKE_BUDGET,
     LaunchCover,
+    confirm_spill,
     interleaved,
     median_rel_error,
     settle,
     settle_note,
 )
+from kzcore.errors import TimedCheckFailed
+from kzcore.timed import TimedRounds
 from kzcore.types import EvalConfig
 
 
@@ -393,3 +396,51 @@ def test_the_timing_bench_reports_the_timers_phases_per_problem():
         "timing": 0.13, "timing.pairs": 0.12, "timing.wait": 0.06, "pairs": 32, "per_pair_s": 0.00375,
     }  # fmt: skip
     assert phase_medians([SimpleNamespace(stages={"timing": 0.0}, timing_reps=0)]) == {}
+
+
+def spilling_passes(passes: list[tuple[float, float, float]], rounds=None):
+    """A ``run_pass`` for `confirm_spill` and the ``spills`` it fills: pass i times 8 pairs at (reference ms,
+    candidate ms) and reads each candidate call's spill as passes[i][2] us (the reference's: 20 us), handing the
+    samples to ``rounds`` when given. ``ran`` counts the passes run."""
+    spills: dict[str, list[float]] = {"reference": [], "candidate": []}
+    ran = []
+
+    def run_pass():
+        ref, cand, spill = passes[len(ran)]
+        ran.append(1)
+        for i in range(8):
+            spills["reference"].append(20.0)
+            spills["candidate"].append(spill)
+            if rounds is not None:
+                rounds.begin(last=i == 7, check=False)
+                rounds.took("reference", [], ref)
+                rounds.took("candidate", [], cand)
+                rounds.end()
+        return [ref] * 8, [cand] * 8, f"pass {len(ran)}"
+
+    return run_pass, spills, ran
+
+
+def test_a_spill_in_one_pass_only_is_timed_again_and_the_slower_pass_kept():
+    rounds = TimedRounds(None, [[]], [[]], lambda *a: None, lambda out: out, 0.0)
+    # an honest kernel whose first pass read a host hiccup (80 us past the end event against 20 us)
+    run_pass, spills, ran = spilling_passes([(1.0, 0.5, 80.0), (1.0, 0.6, 21.0)], rounds)
+    ref_ms, cand_ms, stop, note = confirm_spill(run_pass, spills, rounds)
+    assert len(ran) == 2 and cand_ms == [0.6] * 8 and stop == "pass 2"
+    assert "timed twice" in note and "the second, the lower, kept" in note
+    assert rounds.samples["candidate"] == [[0.6] * 8]  # the samples per placement are the kept pass's
+    # the first pass slower: it is kept, with its samples put back
+    rounds = TimedRounds(None, [[]], [[]], lambda *a: None, lambda out: out, 0.0)
+    run_pass, spills, ran = spilling_passes([(1.0, 0.7, 200.0), (1.0, 0.4, 21.0)], rounds)
+    ref_ms, cand_ms, stop, note = confirm_spill(run_pass, spills, rounds)
+    assert cand_ms == [0.7] * 8 and "the first, the lower, kept" in note
+    assert rounds.samples["candidate"] == [[0.7] * 8]
+
+
+def test_work_left_on_a_side_stream_in_both_passes_is_refused_and_a_clean_pass_is_not_repeated():
+    run_pass, spills, ran = spilling_passes([(1.0, 0.2, 300.0), (1.0, 0.2, 290.0)])
+    with pytest.raises(TimedCheckFailed, match="left GPU work running.*in two timing passes"):
+        confirm_spill(run_pass, spills)
+    assert len(ran) == 2
+    run_pass, spills, ran = spilling_passes([(1.0, 0.5, 30.0)])
+    assert confirm_spill(run_pass, spills)[3] == "" and len(ran) == 1  # within 25 us of the reference: one pass

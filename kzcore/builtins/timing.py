@@ -249,6 +249,40 @@ def spill_verdict(spills: dict[str, list[float]], cand_ms: float) -> str:
     )
 
 
+def confirm_spill(run_pass, spills: dict[str, list[float]], rounds=None) -> tuple[list[float], list[float], str, str]:
+    """The timed pairs (``run_pass()``: one interleaved pass, returning (reference ms, candidate ms, its stop note)
+    and appending each call's spill to ``spills``), judged by `spill_verdict`. One pass's spill can be the host's
+    noise: its median is a few dozen microseconds of host time around a synchronize, which a busy host stretches
+    (an honest kernel timed beside three other workers can read 60 us against the reference's 25 us). So a pass that spills is followed by a second, run exactly as the first, with new inputs and
+    checks: work left on another stream spills in both and is refused (`TimedCheckFailed`); otherwise the slower
+    pass for the candidate (the lower speedup) is kept, with ``rounds``' per-placement samples to match, so a
+    candidate that spills only in the first pass gains nothing from it. Returns (reference ms, candidate ms,
+    stop note, a note on the second pass or "")."""
+    ref_ms, cand_ms, stop_note = run_pass()
+    first = spill_verdict(spills, statistics.median(cand_ms))
+    if not first:
+        return ref_ms, cand_ms, stop_note, ""
+    samples = rounds.set_aside_samples() if rounds is not None else None
+    for side in spills.values():
+        side.clear()
+    ref2, cand2, stop2 = run_pass()
+    again = spill_verdict(spills, statistics.median(cand2))
+    if again:
+        raise TimedCheckFailed(again + " (in two timing passes)")
+    speedup = statistics.median(ref_ms) / max(statistics.median(cand_ms), 1e-9)
+    speedup2 = statistics.median(ref2) / max(statistics.median(cand2), 1e-9)
+    kept = "the second" if speedup2 <= speedup else "the first"
+    if speedup2 <= speedup:
+        ref_ms, cand_ms, stop_note = ref2, cand2, stop2
+    elif rounds is not None and samples is not None:
+        rounds.samples = samples
+    note = (
+        f"timed twice: the first pass's calls seemed to leave GPU work past their end event, the second's did not "
+        f"(speedups {speedup:.3f}x and {speedup2:.3f}x; {kept}, the lower, kept)"
+    )
+    return ref_ms, cand_ms, stop_note, note
+
+
 def time_cuda(reference, candidate, config, rounds=None) -> Timing:
     """Each timed call: flush L2 (a 256 MB write, ~75 us on an H200), a GPU-side wait (``launch_cover_us`` at
     first), then the start event, the call and the end event, queued back to back on the current stream and
@@ -354,16 +388,17 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
         note = f"reps cut to {reps} to fit max_timing_s={config.max_timing_s:g}"
-    ref_ms, cand_ms, stop_note = interleaved(pair, reps, config)
-    spilled = spill_verdict(spills, statistics.median(cand_ms))
-    if spilled and reference is not candidate:
-        raise TimedCheckFailed(spilled)
+    if reference is candidate:  # the identity check: one callable's spill is its own
+        ref_ms, cand_ms, stop_note = interleaved(pair, reps, config)
+        spill_note = ""
+    else:
+        ref_ms, cand_ms, stop_note, spill_note = confirm_spill(lambda: interleaved(pair, reps, config), spills, rounds)
     ref_cover, cand_cover = covers[id(reference)], covers[id(candidate)]
     if ref_cover is cand_cover:  # one callable timed against itself (the identity check)
         cover_notes = (ref_cover.summary("reference and candidate"),)
     else:
         cover_notes = (ref_cover.summary("reference"), cand_cover.summary("candidate"))
-    note = "; ".join(x for x in (quiet_note, note, stop_note, *cover_notes) if x)
+    note = "; ".join(x for x in (quiet_note, note, stop_note, spill_note, *cover_notes) if x)
     return Timing(
         ref_ms=max(statistics.median(ref_ms), 1e-6),
         cand_ms=max(statistics.median(cand_ms), 1e-6),
