@@ -427,7 +427,8 @@ def test_a_spill_in_one_pass_only_is_timed_again_and_the_slower_pass_kept():
     run_pass, spills, ran = spilling_passes([(1.0, 0.5, 80.0), (1.0, 0.6, 21.0)], rounds)
     ref_ms, cand_ms, stop, note = confirm_spill(run_pass, spills, rounds)
     assert len(ran) == 2 and cand_ms == [0.6] * 8 and stop == "pass 2"
-    assert "timed twice" in note and "the second, the lower, kept" in note
+    assert "timed twice" in note and "(median 80 us past it, the reference's 20 us)" in note
+    assert "the second, the lower, kept" in note
     assert rounds.samples["candidate"] == [[0.6] * 8]  # the samples per placement are the kept pass's
     # the first pass slower: it is kept, with its samples put back
     rounds = TimedRounds(None, [[]], [[]], lambda *a: None, lambda out: out, 0.0)
