@@ -244,6 +244,42 @@ def test_a_candidate_exploiting_the_input_distribution_is_caught(plugins, tmp_pa
     assert honest.status is Status.CORRECT, honest.message
 
 
+PY_ZERO_THE_REFERENCE_S_INPUTS = """import gc
+
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        # what a kernel writing memory outside its arguments could do: find the reference's copy of the inputs
+        # (equal to this call's) and zero it with this call's own; both sides then compute relu(0)
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj is not x and obj.shape == x.shape and torch.equal(obj, x):
+                obj.zero_()
+        x.zero_()
+        return torch.zeros_like(x)
+"""
+
+
+def test_a_call_that_rewrites_the_reference_s_copy_of_the_inputs_is_hack_suspected(plugins, tmp_path):
+    pm = plugins("kz_pylang")
+    result = evaluate_here(pm, relu_of_rand(), PY_ZERO_THE_REFERENCE_S_INPUTS, tmp_path)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert "changed the reference's own copy of input(s) [0]" in result.message
+
+
+def test_the_input_watch_sees_one_element_of_a_small_input_and_most_of_a_large_one():
+    from kzcore.evaluate.refwatch import INPUT_SAMPLE, InputWatch
+
+    small, large, scalar = torch.randn(100), torch.randn(4 * INPUT_SAMPLE), 3
+    watch = InputWatch([small, scalar, large])
+    assert watch.changed() == []
+    small[37] += 1.0  # every position of a small input is kept
+    large[: 3 * INPUT_SAMPLE].zero_()
+    assert watch.changed() == [0, 2]
+
+
 def test_a_problem_can_opt_out_of_the_variation(plugins, tmp_path):
     pm = plugins("kz_pylang")
     opted_out = relu_of_rand('\nKZ_INPUT_VARIATION = "none"  # e.g. inputs must stay probabilities\n')

@@ -283,6 +283,11 @@ def test_snapshot_keeps_the_layout_and_refuses_memory_it_does_not_own():
     assert copies[0].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     with pytest.raises(NotOwned, match="does not own its memory"):
         snapshot([torch.utils.dlpack.from_dlpack(np.ones(3, dtype=np.float32))])
+    # a view whose values are the negation of what its memory holds: a copy of the storage would drop the bit
+    negated = torch.zeros(4, dtype=torch.complex64).conj().imag
+    assert negated.is_neg()
+    with pytest.raises(NotOwned, match="lazy negation or conjugation bit"):
+        snapshot([negated])
 
 
 def test_precision_policy_on_an_fp32_linear():

@@ -63,12 +63,15 @@ def test_steady_timings_stop_at_the_minimum_with_a_note():
     ref_ms, cand_ms, note = interleaved(timed, 100, EvalConfig(min_reps=30, timing_precision=0.004))
     assert len(ref_ms) == len(cand_ms) == 32  # the first look at the stop rule past 30: every 8 pairs
     assert note == "stopped at 32 reps: medians within 0.4%"
-    # order alternates: reference first on even pairs, candidate first on odd ones
-    assert calls[:4] == [ref, cand, cand, ref]
+    # the candidate first in every pair (nothing of the pair's reference exists while it runs)
+    assert calls[:4] == [cand, ref, cand, ref]
     # the last pair, and only it, is flagged last (the rounds always check it)
     assert timed.lasts == [False] * 31 + [True]
     timed, _ = fake_timer(noise=0.001)
     assert len(interleaved(timed, 100, EvalConfig())[0]) == EvalConfig().min_reps == 16  # the default
+    timed, calls = fake_timer(noise=0.001)  # or alternating: the reference first on even pairs
+    interleaved(timed, 100, EvalConfig(min_reps=30, timing_precision=0.004, timed_order="alternate"))
+    assert calls[:4] == [ref, cand, cand, ref]
 
 
 def test_noisy_timings_run_every_rep():

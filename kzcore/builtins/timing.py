@@ -31,16 +31,17 @@ STOP_CHECK_EVERY = 8  # pairs between looks at the stop rule (a round of the def
 
 
 def interleaved(pair, reps: int, config) -> tuple[list[float], list[float], str]:
-    """Up to ``reps`` timed (reference, candidate) pairs, alternating which goes first so neither always runs
-    on a warmer GPU; stops early (after ``config.min_reps``, checked every ``STOP_CHECK_EVERY`` pairs) once both
+    """Up to ``reps`` timed (reference, candidate) pairs, the candidate first in each (``config.timed_order``
+    "candidate-first") or alternating which goes first ("alternate"); stops early (after ``config.min_reps``, checked every ``STOP_CHECK_EVERY`` pairs) once both
     medians' relative standard errors are within ``config.timing_precision``; then one more pair, the last,
     which the rounds always check. ``pair(reference_first, last)`` runs one pair and returns its two samples."""
     ref_ms: list[float] = []
     cand_ms: list[float] = []
     min_reps = min(reps, config.min_reps)
     note = ""
+    alternate = config.timed_order == "alternate"
     for i in range(max(reps - 1, 0)):
-        r, c = pair(i % 2 == 0, False)
+        r, c = pair(alternate and i % 2 == 0, False)
         ref_ms.append(r)
         cand_ms.append(c)
         n = i + 2  # pairs with the last one still to come
@@ -48,7 +49,7 @@ def interleaved(pair, reps: int, config) -> tuple[list[float], list[float], str]
             if max(median_rel_error(ref_ms), median_rel_error(cand_ms)) <= config.timing_precision:
                 note = f"stopped at {n} reps: medians within {config.timing_precision:.1%}"
                 break
-    r, c = pair(len(ref_ms) % 2 == 0, True)
+    r, c = pair(alternate and len(ref_ms) % 2 == 0, True)
     ref_ms.append(r)
     cand_ms.append(c)
     return ref_ms, cand_ms, note

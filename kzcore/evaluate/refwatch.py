@@ -119,19 +119,8 @@ class ProblemWatch:
         positions each, drawn from the per-job seed): cheap enough for every timed call. A change that makes
         the reference's work trivial (weights zeroed, a constant) moves nearly every position; the full
         fingerprint (`values_changed`) catches a change to a few."""
-        if not self.parameters:
-            return []
-        import torch
-
-        flags = []
-        for (_, p), (where, kept) in zip(self.parameters, self.samples):
-            now = p.detach().reshape(-1)[where]
-            same = now == kept
-            if now.is_floating_point() or now.is_complex():
-                same |= now.isnan() & kept.isnan()
-            flags.append(same.all())
-        flags = torch.stack(flags).tolist()  # one wait for the device, not one per parameter
-        return [name for (name, _), ok in zip(self.parameters, flags) if not ok]
+        moved = _differ([p for _, p in self.parameters], self.samples)
+        return [name for (name, _), changed in zip(self.parameters, moved) if changed]
 
 
 def _parts(function) -> tuple:
@@ -142,8 +131,9 @@ def _same_value(a: float, b: float) -> bool:
     return a == b or (a != a and b != b)  # NaN weights fingerprint as NaN both times
 
 
-def _samples(tensors: list, seed: int) -> list[tuple]:
-    """Per tensor, (positions, the values there): ``SAMPLE`` positions drawn from ``seed`` on its device."""
+def _samples(tensors: list, seed: int, count: int = SAMPLE, every_below: bool = False) -> list[tuple]:
+    """Per tensor, (positions, the values there): ``count`` positions drawn from ``seed`` on its device (with
+    ``every_below``, every position of a tensor of at most ``count`` elements)."""
     import torch
 
     out = []
@@ -152,13 +142,54 @@ def _samples(tensors: list, seed: int) -> list[tuple]:
         generator = torch.Generator(device=flat.device)
         generator.manual_seed(seed + 1)
         n = flat.numel()
-        where = (
-            torch.randint(n, (min(SAMPLE, n),), generator=generator, device=flat.device)
-            if n
-            else torch.zeros(0, dtype=torch.long, device=flat.device)
-        )
+        if every_below and n <= count:
+            where = torch.arange(n, device=flat.device)
+        elif n:
+            where = torch.randint(n, (min(count, n),), generator=generator, device=flat.device)
+        else:
+            where = torch.zeros(0, dtype=torch.long, device=flat.device)
         out.append((where, flat[where].clone()))
     return out
+
+
+def _differ(tensors: list, samples: list[tuple]) -> list[bool]:
+    """Per tensor, whether its values at the sampled positions differ from those kept (a NaN equals a NaN)."""
+    import torch
+
+    if not tensors:
+        return []
+    flags = []
+    for t, (where, kept) in zip(tensors, samples):
+        now = t.detach().reshape(-1)[where]
+        same = now == kept
+        if now.is_floating_point() or now.is_complex():
+            same |= now.isnan() & kept.isnan()
+        flags.append(~same.all())
+    return torch.stack(flags).tolist()  # one wait for the device, not one per tensor
+
+
+INPUT_SAMPLE = 1 << 16  # positions per input that a trial compares before and after the candidate's call
+
+
+class InputWatch:
+    """The reference's own copy of a trial's inputs (what it runs on after the candidate), sampled before the
+    candidate's call at ``INPUT_SAMPLE`` positions each (every position of a smaller input) from a seed the
+    candidate cannot know. A candidate whose kernel writes memory outside its arguments could rewrite that copy
+    and its own inputs alike (the reference then computes something trivial, and the candidate's inputs still
+    equal the reference's); ``changed()`` names the inputs that moved. To make the reference's work trivial it
+    must change most of an input, which the samples see."""
+
+    def __init__(self, inputs: list):
+        import random
+
+        import torch
+
+        self.indices = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+        self.tensors = [inputs[i] for i in self.indices]
+        self.samples = _samples(self.tensors, random.SystemRandom().getrandbits(31), INPUT_SAMPLE, every_below=True)
+
+    def changed(self) -> list[int]:
+        return [i for i, moved in zip(self.indices, _differ(self.tensors, self.samples)) if moved]
 
 
 def _fingerprint(tensors: list, seed: int) -> list[float]:

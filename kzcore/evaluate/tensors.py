@@ -114,10 +114,17 @@ class NotOwned(Exception):
 def require_owned(outputs: list) -> None:
     """Raises `NotOwned` for a plain tensor among ``outputs`` whose storage PyTorch's allocator did not make (not
     ``resizable()``: a non-owning view of foreign or freed memory, ``__cuda_array_interface__``, DLPack, a raw
-    pointer), since what such memory holds can change under the check."""
+    pointer), since what such memory holds can change under the check, or whose values are not what its memory
+    holds (a negation or conjugation bit, which a copy of the storage would drop)."""
     import torch
 
     for i, t in enumerate(outputs):
+        if type(t) in (torch.Tensor, torch.nn.Parameter) and (t.is_neg() or t.is_conj()):
+            where = f"output {i}" if len(outputs) > 1 else "the output"
+            raise NotOwned(
+                f"{where} carries a lazy negation or conjugation bit (a view such as `.conj().imag`): its values are "
+                "not what its memory holds; return a tensor whose memory holds its values"
+            )
         if type(t) in (torch.Tensor, torch.nn.Parameter) and not t.untyped_storage().resizable():
             where = f"output {i}" if len(outputs) > 1 else "the output"
             raise NotOwned(

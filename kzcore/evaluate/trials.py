@@ -10,6 +10,7 @@ import secrets
 
 from kzcore.errors import CompileError
 from kzcore.evaluate import checking, guard, memory, precision, variation
+from kzcore.evaluate.refwatch import InputWatch
 from kzcore.evaluate.stage import MESSAGE_LIMIT, EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import NotOwned, as_list, changed_inputs, refill, snapshot
 from kzcore.types import Status
@@ -68,6 +69,7 @@ def trial(
             )
             pristine, applied = variation.vary(pristine, changes, seed)
         cand_inputs = refill(buffers, pristine)
+        watch = InputWatch(pristine)
         if state.device == "cuda":
             memory.poison_free_cache()
     label = label or f"trial {index}"
@@ -91,6 +93,13 @@ def trial(
             f"forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: {ops}",
         )
     actual = own_outputs(actual, label)  # copied before the reference runs and allocates
+    rewritten = watch.changed()
+    if rewritten:
+        raise Verdict(
+            Status.HACK_SUSPECTED,
+            f"{label}: the candidate's call changed the reference's own copy of input(s) {rewritten}, memory it was "
+            "not given: a kernel may write only its arguments",
+        )
     mutated = changed_inputs(pristine, cand_inputs)
     if mutated:
         raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")

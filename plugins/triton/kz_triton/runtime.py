@@ -103,6 +103,46 @@ def instrument(module):
     return LaunchCounter(lambda: count[0], bare)
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement, type()), not a C type
+
+
+def _genuine_class(cls, candidate_module: str = "") -> bool:
+    """A class that is not the candidate's: a static C type (``int``, ``function``, ``torch.dtype``), or a class
+    that is exactly what its ``__module__`` and ``__qualname__`` name, in a module other than the candidate's. A
+    class statement may write any ``__module__`` (``"triton.language.core"``) but cannot make that module's name
+    refer to it."""
+    import sys
+
+    if not isinstance(cls, type):
+        return False
+    if not cls.__flags__ & _HEAPTYPE:
+        return True
+    name = cls.__dict__.get("__module__")
+    if not isinstance(name, str) or name == candidate_module or name not in sys.modules:
+        return False
+    found = sys.modules[name]
+    for part in cls.__qualname__.split("."):
+        found = vars(found).get(part) if isinstance(found, type) else getattr(found, part, None)
+        if found is None:
+            return False
+    return found is cls
+
+
+def module_value_problem(name: str, value, candidate_module: str) -> str:
+    """Why a global of the kernel's module may not stand there at an interpreted launch, or "": the interpreter
+    looks at every global of the kernel's module (``inspect.ismodule(value) and value in [tl, tl.core]``), which
+    reads ``__class__`` and compares, inside the suspended launch; an object of the candidate's own class (a
+    module subclass with ``__eq__``, a ``__class__`` property) or a class with a metaclass of its own would run its
+    code there unguarded."""
+    if _genuine_class(type(value), candidate_module):
+        return ""
+    return (
+        f"the kernel's module binds `{name}` to an object of class `{type(value).__qualname__}`, defined by the "
+        "candidate: under the CPU interpreter a kernel module's globals must be modules, functions, classes, "
+        "kernels and values of Python's, torch's or triton's own types"
+    )
+
+
 def _plain_value(value) -> bool:
     """Exactly a tensor, a Python scalar, a string, None, a dtype (torch's or Triton's own), a ``tl.constexpr`` of
     one of those but a tensor, or a tuple of plain values: no subclass, whose methods would be the candidate's."""
@@ -113,8 +153,8 @@ def _plain_value(value) -> bool:
     kind = type(value)
     if kind in (torch.Tensor, torch.nn.Parameter, int, float, bool, str, type(None), torch.dtype):
         return True
-    if isinstance(value, tl.dtype):
-        return kind.__module__.startswith("triton.")  # tl.float32, a pointer type: Triton's classes only
+    if isinstance(value, tl.dtype):  # tl.float32, a pointer type: Triton's classes only
+        return kind.__module__.startswith("triton.") and _genuine_class(kind)
     if kind is tl.constexpr:
         return (
             type(value.value) is not torch.Tensor and _plain_value(value.value) and not isinstance(value.value, tuple)
@@ -124,6 +164,42 @@ def _plain_value(value) -> bool:
     if kind is TensorWrapper:  # triton.reinterpret(x, dtype)
         return type(value.base) is torch.Tensor and _plain_value(value.dtype)
     return False
+
+
+def _constexpr_parameters(fn) -> set[str]:
+    """The names of the kernel's parameters annotated ``tl.constexpr`` (as an object or, under ``from __future__
+    import annotations``, as text)."""
+    import inspect
+
+    from triton import language as tl
+
+    python_fn = getattr(fn, "fn", None)
+    if python_fn is None:
+        return set()
+    out = set()
+    for name, param in inspect.signature(python_fn).parameters.items():
+        note = param.annotation
+        if note is tl.constexpr or (isinstance(note, str) and note.strip("'\" ").rsplit(".", 1)[-1] == "constexpr"):
+            out.add(name)
+    return out
+
+
+def _tensor_for_constexpr(fn, args, kwargs) -> None:
+    """A tensor for a ``tl.constexpr`` parameter: the interpreter hands a constexpr's value to the body as it is,
+    so the body would hold the host tensor itself and could run torch's methods on it (a compiled kernel refuses
+    a tensor there)."""
+    import torch
+    from triton.runtime.jit import TensorWrapper
+
+    constexprs = _constexpr_parameters(fn)
+    if not constexprs:
+        return
+    names = list(getattr(fn, "arg_names", ()))
+    given = {**{names[i]: v for i, v in enumerate(args) if i < len(names)}, **kwargs}
+    for name in sorted(constexprs & given.keys()):
+        if isinstance(given[name], (torch.Tensor, TensorWrapper)):
+            raise TypeError(f"kernel argument `{name}` is a tl.constexpr parameter given a tensor: pass tensors to "
+                            "pointer parameters")  # fmt: skip
 
 
 def _plain_arguments(args, kwargs) -> None:
@@ -173,6 +249,7 @@ def _launch_guard(_fn, args, kwargs, launch: _Launch | None = None):
     from triton import knobs
 
     _plain_arguments(args, kwargs)
+    _tensor_for_constexpr(_fn, args, kwargs)
     if launch is not None:
         launch.verify()
     recheck = launch.verify if launch is not None else (lambda: None)
@@ -192,10 +269,12 @@ def _launch_guard(_fn, args, kwargs, launch: _Launch | None = None):
     for name, hook in saved.items():
         if hook is not None:
             setattr(runtime, name, _then(guard.guarded(hook), recheck))
+    _MEMORY_SCOPES.append(_argument_ranges(args, kwargs))
     try:
         with guard.suspended():
             yield
     finally:
+        _MEMORY_SCOPES.pop()
         if hooks is not None:
             hooks[:] = saved_hooks
         for name, hook in saved.items():
@@ -224,11 +303,101 @@ _INTERPRETER_CLASSES = (
 _INSTANCE_KEYS = frozenset(("fn", "rewriter", "kwargs", "pre_run_hooks", "arg_names", "run"))
 
 
+class MemoryAccessRefused(RuntimeError):
+    """An interpreted kernel's load or store outside the memory of the launch's tensor arguments."""
+
+
+_MEMORY_SCOPES: list[list[tuple[int, int]] | None] = []  # per active launch: its arguments' storages (None: any)
+
+
+def _argument_ranges(args, kwargs) -> list[tuple[int, int]] | None:
+    """[start, end) of the storage of every tensor among a launch's arguments (in tuples, `triton.reinterpret`
+    wrappers and tensor descriptors too); None when one lies off the CPU (the interpreter then runs on host copies
+    whose addresses are its own)."""
+    import torch
+
+    ranges: list[tuple[int, int]] = []
+    pending = [*args, *kwargs.values()]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, tuple):
+            pending.extend(value)
+            continue
+        base = getattr(value, "base", None)
+        if not isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor):
+            value = base  # triton.reinterpret's TensorWrapper, a TensorDescriptor
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                return None
+            storage = value.untyped_storage()
+            ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    return ranges
+
+
+def _check_access(ptrs, mask, size: int, kind: str) -> None:
+    """Every address ``ptrs`` accesses (where ``mask`` is set), ``size`` bytes each, must lie inside one of the
+    current launch's argument storages (`_MEMORY_SCOPES`)."""
+    import numpy as np
+
+    if not _MEMORY_SCOPES or _MEMORY_SCOPES[-1] is None:
+        return
+    addresses = np.asarray(ptrs).astype(np.uint64, copy=False).reshape(-1)
+    if mask is not None:
+        addresses = addresses[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(ptrs)).reshape(-1)]
+    if not addresses.size:
+        return
+    inside = np.zeros(addresses.shape, dtype=bool)
+    for start, end in _MEMORY_SCOPES[-1]:
+        inside |= (addresses >= np.uint64(start)) & (addresses + np.uint64(size) <= np.uint64(end))
+    if not inside.all():
+        raise MemoryAccessRefused(
+            f"a kernel {kind} at {int(addresses[~inside][0]):#x} lies outside every tensor argument of its launch "
+            "(a kernel may read and write only the memory of the tensors it is given)"
+        )
+
+
+class _BoundedMemory:
+    """Triton's interpreter's memory functions (its ``_interpreter`` extension module: ``load``, ``store``,
+    ``atomic_cas``, ``atomic_rmw``, which take raw addresses) with each access checked against the current
+    launch's tensor arguments (`_check_access`). Under the CPU interpreter a pointer is a host address, and the
+    evaluator's own memory (the reference's inputs and outputs, its settings) lies in the same process: without
+    this a kernel could read the reference's output or rewrite the inputs the reference is about to run on.
+    Everything else passes through to the extension module."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def load(self, ptrs, mask, other, dtype):
+        import numpy as np
+
+        _check_access(ptrs, mask, np.dtype(dtype).itemsize, "load")
+        return self._real.load(ptrs, mask, other, dtype)
+
+    def store(self, ptrs, value, mask):
+        _check_access(ptrs, mask, value.dtype.itemsize, "store")
+        return self._real.store(ptrs, value, mask)
+
+    def atomic_cas(self, ptrs, cmp, val, sem):
+        _check_access(ptrs, None, val.dtype.itemsize, "atomic")
+        return self._real.atomic_cas(ptrs, cmp, val, sem)
+
+    def atomic_rmw(self, op, ptrs, val, mask, sem):
+        _check_access(ptrs, mask, val.dtype.itemsize, "atomic")
+        return self._real.atomic_rmw(op, ptrs, val, mask, sem)
+
+
 @functools.cache
 def _interpreter_snapshot() -> dict:
     """Triton's interpreter module and classes as they were before any candidate ran (taken at a worker's start,
-    `warm_up`, and before a candidate is imported, `load_module`)."""
+    `warm_up`, and before a candidate is imported, `load_module`), its memory functions bounded first
+    (`_BoundedMemory`)."""
     from triton.runtime import interpreter
+
+    if not isinstance(interpreter._interpreter, _BoundedMemory):
+        interpreter._interpreter = _BoundedMemory(interpreter._interpreter)
 
     semantic = interpreter.interpreter_semantic
     classes = [getattr(interpreter, n) for n in _INTERPRETER_CLASSES] + [type(semantic)]
@@ -257,6 +426,7 @@ class _Launch:
         snap = _interpreter_snapshot()
         self._interpreter_unchanged(snap)
         self._injected_globals(snap)
+        self._plain_globals()
         run = snap["classes"][snap["module"].InterpretedFunction].get("run")
         if (
             getattr(self.original, "__func__", None) is not run
@@ -279,6 +449,19 @@ class _Launch:
                     if semantic.get(k) is not snap["semantic"].get(k)}  # fmt: skip
         if changed:
             raise LaunchRefused(f"Triton's interpreter was changed ({', '.join(sorted(changed)[:5])}): launch refused")
+
+    def _plain_globals(self) -> None:
+        """Every global of the kernel's module (and of the kernel function's own globals, where they differ) is
+        one the interpreter can look at without running the candidate's code (`module_value_problem`)."""
+        namespaces = [vars(self.module)]
+        own = getattr(getattr(self.fn, "fn", None), "__globals__", None)
+        if own is not None and own is not namespaces[0]:
+            namespaces.append(own)
+        for namespace in namespaces:
+            for name, value in list(namespace.items()):
+                problem = module_value_problem(name, value, self.module.__name__)
+                if problem:
+                    raise LaunchRefused(problem)
 
     def _injected_globals(self, snap) -> None:
         """Each name the interpreter puts in the kernel's module (`FunctionRewriter._compile_and_exec` adds its

@@ -212,6 +212,53 @@ def _triton_imports(tree: ast.Module) -> tuple[set[str], set[str]]:
     return triton_names, other_names
 
 
+def _triton_paths(tree: ast.Module) -> dict[str, str]:
+    """Name -> the dotted path a triton or math import binds it to (``tl`` -> ``triton.language``, ``libdevice`` ->
+    ``triton.language.extra.libdevice``)."""
+    paths = {}
+    for name, _line, path in _module_bindings(tree):
+        if path is not None and path.split(".")[0] in ("triton", "math"):
+            paths[name] = path
+    return paths
+
+
+# where a name a kernel reaches through triton's imports may lead: the language (and Python's math on scalars);
+# triton.runtime, triton.testing and the interpreter hold NumPy, os, importlib and the interpreter's own internals
+KERNEL_PATH_PREFIXES = ("triton.language", "math")
+# triton's own host helpers that a kernel body may call on constexpr values
+KERNEL_TRITON_HELPERS = frozenset(("triton.cdiv", "triton.next_power_of_2"))
+
+
+def kernel_path_problem(path: str) -> str:
+    """Why a kernel body may not reach ``path`` (a triton- or math-rooted dotted path), or ""."""
+    parts = path.split(".")
+    if any(part.startswith("_") for part in parts[1:]):
+        return "a private name"
+    if path in KERNEL_TRITON_HELPERS or any(path == p or path.startswith(p + ".") for p in KERNEL_PATH_PREFIXES):
+        return ""
+    return "outside triton.language"
+
+
+def shadow_violations(tree: ast.Module) -> list[str]:
+    """Module-level names that the kernel rules trust by name but that the module binds again: a name imported
+    from triton or math bound some other way too (``from triton.language import maximum`` then ``def
+    maximum``), or a builtin a kernel may call (`KERNEL_BUILTINS`: ``def max``). The interpreted body looks names
+    up in the module, so the candidate's binding would run as Python in the launch."""
+    bindings = _module_bindings(tree)
+    triton = {name for name, _line, path in bindings if path is not None and path.split(".")[0] in ("triton", "math")}
+    out = []
+    for name, line, path in bindings:
+        other = path is None or path.split(".")[0] not in ("triton", "math")
+        if (name in triton and other) or name in KERNEL_BUILTINS:
+            problem = (
+                f"line {line}: binds `{name}`, which a @triton.jit kernel calls as "
+                f"{'triton' if name in triton else 'a builtin'}'s own: the module may not rebind it"
+            )
+            if problem not in out:
+                out.append(problem)
+    return out
+
+
 def _literal(node: ast.AST) -> bool:
     """A constant, a negated one, or a tuple of those."""
     if isinstance(node, ast.Constant):
@@ -259,6 +306,7 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
     constant and triton's modules. A compiled kernel could do none of that; under the CPU interpreter the body is
     plain Python and would run them outside the op guard's view."""
     triton_names, other_names = _triton_imports(tree)
+    paths = _triton_paths(tree)
     module_level = {name for name in mod.functions if name not in mod.kernels} | set(mod.classes)
     module_level |= {name for name, _line, path in _module_bindings(tree) if path is None}
     constants = module_constants(tree, triton_names)
@@ -286,10 +334,28 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
                 while isinstance(root, (ast.Attribute, ast.Subscript)):
                     root = root.value
                 call_roots.add(id(root))
+        inner = set()  # every part of an attribute chain but the outermost attribute, its root name included
+        for node in _body_nodes(fn):
+            if isinstance(node, ast.Attribute):
+                part = node.value
+                while isinstance(part, (ast.Attribute, ast.Subscript)):
+                    inner.add(id(part))
+                    part = part.value
+                inner.add(id(part))
         for node in _body_nodes(fn):
             line = getattr(node, "lineno", "?")
             problem = ""
-            if isinstance(node, ast.Name) and node.id in other_names:
+            outermost = id(node) not in inner
+            if (
+                outermost
+                and isinstance(node, ast.Name)
+                and node.id in paths
+                and node.id not in own
+                and kernel_path_problem(paths[node.id])
+            ):
+                why = kernel_path_problem(paths[node.id])
+                problem = f"line {line}: `{node.id}` ({paths[node.id]}) {where}: {why}"
+            elif isinstance(node, ast.Name) and node.id in other_names:
                 problem = f"line {line}: `{node.id}` {where}: a kernel uses triton.language only"
             elif isinstance(node, ast.Name) and node.id not in known:
                 # the interpreter runs the body in the module's namespace, where it adds names of its own (`np`)
@@ -303,11 +369,37 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
                     f"line {line}: `{node.id}` {where} is a module-level value: a kernel may name only triton, "
                     "other @triton.jit kernels and module constants assigned a literal"
                 )
-            elif isinstance(node, ast.Call):
+            elif isinstance(node, ast.Attribute) and outermost:
+                problem = _attribute_problem(node, where, own, triton_names, paths)
+            if not problem and isinstance(node, ast.Call):
                 problem = _call_problem(node, where, own, module_level, mod, triton_names)
             if problem and problem not in out:
                 out.append(problem)
     return out
+
+
+def _attribute_problem(node: ast.Attribute, where: str, own: set[str], triton_names: set[str], paths) -> str:
+    """An attribute read in a kernel body: along a triton- or math-rooted path, only into triton.language (or
+    math), no private name (`kernel_path_problem`); on any other value, only the attributes and methods Triton's
+    language gives its values (`KERNEL_METHODS`, `VALUE_ATTRIBUTES`: not ``x.handle.data``, the interpreter's
+    NumPy array)."""
+    chain: list[str] = []
+    root: ast.AST = node
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        if isinstance(root, ast.Attribute):
+            chain.append(root.attr)
+        root = root.value
+    chain.reverse()
+    if isinstance(root, ast.Name) and root.id in triton_names and root.id not in own:
+        path = ".".join([paths.get(root.id, root.id), *chain])
+        why = kernel_path_problem(path)
+        return f"line {node.lineno}: reaches `{path}` {where}: {why}" if why else ""
+    if node.attr not in KERNEL_METHODS | VALUE_ATTRIBUTES:
+        return (
+            f"line {node.lineno}: reads `.{node.attr}` {where}: a kernel's values have only the attributes and "
+            "methods of triton.language's (`.dtype`, `.to()`, ...)"
+        )
+    return ""
 
 
 def _call_problem(node: ast.Call, where: str, own: set[str], module_level: set[str], mod, triton_names) -> str:
@@ -327,6 +419,8 @@ def _call_problem(node: ast.Call, where: str, own: set[str], module_level: set[s
     ):
         shown = dotted(callee) or (root.id + "[…]" if isinstance(root, ast.Name) else "…")
         return f"line {line}: calls `{shown}` {where}: a kernel may call only triton.language"
+    if not isinstance(callee, (ast.Name, ast.Attribute)):
+        return f"line {line}: calls the value of an expression {where}: a kernel may call only named functions"
     if isinstance(callee, ast.Name):
         allowed = mod.kernels | KERNEL_BUILTINS | triton_names
         if callee.id not in allowed or callee.id in own:
@@ -388,4 +482,5 @@ def check_source(source: str) -> list[str]:
     problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
     triton_names, _ = _triton_imports(tree)
     module_rules = jit_by_call_violations(tree, triton_names) + interpreter_name_violations(tree)
+    module_rules += shadow_violations(tree)
     return problems + module_rules + kernel_violations(tree, mod) + forward_violations(mod)

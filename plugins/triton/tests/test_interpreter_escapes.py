@@ -174,3 +174,137 @@ def test_honest_kernels_with_decorator_lambdas_are_correct(triton_pool, problems
     assert check_source(source) == []
     result = evaluate(triton_pool, problems[problem], source)
     assert result.status is Status.CORRECT, result.message
+
+
+# -- 7. names a kernel trusts, the module's globals, constexpr tensors, spoofed dtypes ------------------------
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("np_through_triton_module", "reaches `triton.runtime.interpreter.np.exp`"),  # NumPy on x.handle.data
+        ("np_through_triton_module", "reads `.data`"),
+        ("shadow_builtin", "binds `max`, which a @triton.jit kernel calls as a builtin's own"),
+        ("rebound_triton_name", "binds `maximum`, which a @triton.jit kernel calls as triton's own"),
+        ("call_of_call", "calls the value of an expression"),  # the check used to crash on it (IndexError)
+    ],
+)
+def test_a_kernel_reaches_only_triton_language_through_names_the_module_does_not_rebind(name, expected):
+    assert any(expected in v for v in check_source(source_of(name))), check_source(source_of(name))
+
+
+def test_a_kernel_may_still_read_triton_language_its_values_attributes_and_triton_s_helpers():
+    source = """
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+from torch import nn
+
+@triton.jit
+def k(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(x_ptr.dtype.element_ty)
+    y = triton.language.math.exp(x) + libdevice.erf(x) + tl.cdiv(BLOCK, 2) + triton.cdiv(BLOCK, 2)
+    tl.store(o_ptr + offs, y.to(tl.float32), mask=offs < n)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x
+"""
+    assert check_source(source) == []
+
+
+def test_an_object_of_the_candidate_s_class_among_the_kernel_module_s_globals_is_refused():
+    import types
+
+    import torch
+    from triton import language as tl
+
+    from kz_triton.runtime import module_value_problem
+
+    class Mod(types.ModuleType):
+        def __eq__(self, other):
+            return False
+
+    class Spoof:
+        __module__ = "triton.language.core"  # names triton's module, which does not hold it
+
+    for value in (Mod("m"), Spoof(), tl.dtype):  # the last: a class whose metaclass is `type`: fine
+        assert bool(module_value_problem("v", value, "kz_candidate")) is (value is not tl.dtype)
+    for value in (torch, tl, len, 3, "s", None, [1], {"a": 1}, torch.float32, tl.float32, tl.constexpr(4), source_of):
+        assert module_value_problem("v", value, "kz_candidate") == "", value
+
+
+def test_a_global_that_runs_code_when_the_interpreter_looks_at_it_is_refused_at_the_launch(triton_pool, problems):
+    for name in ("module_global_class_property", "module_subclass_eq"):
+        source = source_of(name)
+        assert check_source(source) == []
+        result = evaluate(triton_pool, problems["11_Softmax"], source)
+        assert result.status is Status.RUNTIME_ERROR, result.message
+        assert "LaunchRefused: the kernel's module binds" in result.message
+
+
+def test_a_tensor_for_a_constexpr_parameter_and_a_dtype_of_the_candidate_s_class_are_refused():
+    import torch
+    from triton import language as tl
+
+    from kz_triton import runtime
+
+    def body(x_ptr, out: tl.constexpr, n, BLOCK):
+        pass
+
+    body.__annotations__["BLOCK"] = "'tl.constexpr'"  # a quoted annotation under `from __future__ import annotations`
+
+    fn = type("Interpreted", (), {"fn": staticmethod(body), "arg_names": ["x_ptr", "out", "n", "BLOCK"]})()
+    x = torch.zeros(4)
+    runtime._tensor_for_constexpr(fn, (x, 3, 4), {"BLOCK": 8})
+    for args, kwargs in (((x, x, 4), {"BLOCK": 8}), ((x,), {"out": 1, "n": 4, "BLOCK": x})):
+        with pytest.raises(TypeError, match="a tl.constexpr parameter given a tensor"):
+            runtime._tensor_for_constexpr(fn, args, kwargs)
+
+    class Spoof(tl.dtype):
+        __module__ = "triton.language.core"
+
+    with pytest.raises(TypeError, match="a launch takes tensors"):
+        runtime._plain_arguments((Spoof("fp32"),), {})
+    runtime._plain_arguments((tl.float32, tl.pointer_type(tl.float32)), {})
+
+
+def test_an_honest_kernel_with_reinterpret_and_static_assert_is_correct(triton_pool, problems):
+    source = source_of("honest_reinterpret_relu")
+    assert check_source(source) == []
+    assert evaluate(triton_pool, problems["1_ReLU"], source).status is Status.CORRECT
+
+
+def test_a_kernel_reads_and_writes_only_its_launch_s_tensor_arguments(triton_pool, problems):
+    """Under the CPU interpreter a pointer is a host address in the evaluator's own process: one kernel scanned
+    memory for the reference's live output in the timed pairs and copied it; another found the inputs the
+    reference was about to run on and zeroed them with its own. Every interpreted load and store must fall inside
+    a tensor argument of its launch (`kz_triton.runtime._BoundedMemory`)."""
+    for name in ("read_reference_output", "rewrite_reference_inputs"):
+        source = source_of(name)
+        assert check_source(source) == []
+        result = evaluate(triton_pool, problems["1_ReLU"], source)
+        assert result.status is Status.RUNTIME_ERROR, result.message
+        assert "lies outside every tensor argument of its launch" in result.message
+
+
+def test_the_access_bounds_follow_each_launch_s_arguments():
+    import numpy as np
+    import torch
+
+    from kz_triton import runtime
+
+    x, y = torch.zeros(8), torch.zeros(4, dtype=torch.float64)
+    ranges = runtime._argument_ranges((x, 3, (y,)), {})
+    assert sorted(ranges) == sorted([(x.data_ptr(), x.data_ptr() + 32), (y.data_ptr(), y.data_ptr() + 32)])
+    runtime._MEMORY_SCOPES.append(ranges)
+    try:
+        inside = np.array([x.data_ptr(), x.data_ptr() + 28, y.data_ptr() + 24], dtype=np.uint64)
+        runtime._check_access(inside, None, 4, "load")
+        past = np.array([x.data_ptr() + 32], dtype=np.uint64)
+        with pytest.raises(runtime.MemoryAccessRefused, match="lies outside every tensor argument"):
+            runtime._check_access(past, None, 4, "store")
+        runtime._check_access(past, np.array([False]), 4, "store")  # masked off: not accessed
+    finally:
+        runtime._MEMORY_SCOPES.pop()
