@@ -239,6 +239,47 @@ def kernel_path_problem(path: str) -> str:
     return "outside triton.language"
 
 
+def triton_internal_problem(path: str) -> str:
+    """Why a candidate module may not reach ``path`` (a triton-rooted dotted path) anywhere, or "": Triton's
+    interpreter module (raw loads and stores at any address, its NumPy) and any private part of triton."""
+    parts = path.split(".")
+    if parts[0] != "triton":
+        return ""
+    if parts[:3] == ["triton", "runtime", "interpreter"]:
+        return "Triton's interpreter is not part of a kernel module"
+    if any(part.startswith("_") for part in parts[1:]):
+        return "a private part of triton"
+    return ""
+
+
+def triton_internal_violations(tree: ast.Module) -> list[str]:
+    """Imports and attribute paths, anywhere in the module, into Triton's interpreter or a private part of triton
+    (`triton_internal_problem`): its extension module loads and stores raw addresses, from host code as well."""
+    paths = _triton_paths(tree)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # a longer path holds these
+    out = []
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, ast.Import):
+            found = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            found = [f"{module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute) and id(node) not in inner:
+            chain, root = [], node
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in paths:
+                found = [".".join([paths[root.id], *reversed(chain)])]
+        for path in found:
+            why = triton_internal_problem(path)
+            problem = f"line {node.lineno}: `{path}`: {why}" if why else ""
+            if problem and problem not in out:
+                out.append(problem)
+    return out
+
+
 def shadow_violations(tree: ast.Module) -> list[str]:
     """Module-level names that the kernel rules trust by name but that the module binds again: a name imported
     from triton or math bound some other way too (``from triton.language import maximum`` then ``def
@@ -482,5 +523,5 @@ def check_source(source: str) -> list[str]:
     problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
     triton_names, _ = _triton_imports(tree)
     module_rules = jit_by_call_violations(tree, triton_names) + interpreter_name_violations(tree)
-    module_rules += shadow_violations(tree)
+    module_rules += shadow_violations(tree) + triton_internal_violations(tree)
     return problems + module_rules + kernel_violations(tree, mod) + forward_violations(mod)
