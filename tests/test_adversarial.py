@@ -158,6 +158,8 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         ("no_dispatch_helper", "11_Softmax", "`torch.utils._mode_utils.no_dispatch` reaches into PyTorch"),
         # a tensor's memory shared as a file, read and written by descriptor on the host
         ("shared_fd_host", "1_ReLU", "`._share_fd_cpu_` reaches into Python internals"),
+        # a C twin of a banned module: a weakref proxy among the module's globals forwarded `__class__` reads
+        ("weakref_proxy_global", "11_Softmax", "importing `_weakref`, a private module, is not allowed"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):

@@ -370,8 +370,8 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
 
     t = time.perf_counter()
     for _ in range(config.warmup):
-        reference()
         candidate()
+        reference()
     torch.cuda.synchronize()
     phases["warmup"] = time.perf_counter() - t
     quiet_note = ""
@@ -386,7 +386,8 @@ def time_cuda(reference, candidate, config, rounds=None) -> Timing:
         phases["settle"] = waited[0] / 1000
         quiet_note = settle_note(*waited, config.settle_ms)
     t0 = time.perf_counter()
-    probe = max(sum(pair(True, False)), (time.perf_counter() - t0) * 1000)  # new inputs and checks included
+    first = config.timed_order == "alternate"  # the reference first only where the order alternates
+    probe = max(sum(pair(first, False)), (time.perf_counter() - t0) * 1000)  # new inputs and checks included
     reps, note = config.reps, ""
     if probe * config.reps > config.max_timing_s * 1000:
         reps = max(10, int(config.max_timing_s * 1000 / probe))
@@ -417,11 +418,12 @@ CPU_PAIRS = 2  # checked pairs run untimed on a CPU, so the timed path's checks 
 
 
 def untimed_pairs(reference, candidate, rounds) -> None:
-    """On a CPU: the timed path's pairs without the timing, each checked (the last as the last)."""
+    """On a CPU: the timed path's pairs without the timing, each checked (the last as the last), the candidate
+    first as in the timed pairs."""
     for i in range(CPU_PAIRS):
         rounds.begin(last=i == CPU_PAIRS - 1, check=True)
-        rounds.took("reference", reference())
         rounds.took("candidate", candidate())
+        rounds.took("reference", reference())
         rounds.end()
 
 

@@ -131,9 +131,8 @@ def _same_value(a: float, b: float) -> bool:
     return a == b or (a != a and b != b)  # NaN weights fingerprint as NaN both times
 
 
-def _samples(tensors: list, seed: int, count: int = SAMPLE, every_below: bool = False) -> list[tuple]:
-    """Per tensor, (positions, the values there): ``count`` positions drawn from ``seed`` on its device (with
-    ``every_below``, every position of a tensor of at most ``count`` elements)."""
+def _samples(tensors: list, seed: int) -> list[tuple]:
+    """Per tensor, (positions, the values there): ``SAMPLE`` positions drawn from ``seed`` on its device."""
     import torch
 
     out = []
@@ -142,12 +141,11 @@ def _samples(tensors: list, seed: int, count: int = SAMPLE, every_below: bool = 
         generator = torch.Generator(device=flat.device)
         generator.manual_seed(seed + 1)
         n = flat.numel()
-        if every_below and n <= count:
-            where = torch.arange(n, device=flat.device)
-        elif n:
-            where = torch.randint(n, (min(count, n),), generator=generator, device=flat.device)
-        else:
-            where = torch.zeros(0, dtype=torch.long, device=flat.device)
+        where = (
+            torch.randint(n, (min(SAMPLE, n),), generator=generator, device=flat.device)
+            if n
+            else torch.zeros(0, dtype=torch.long, device=flat.device)
+        )
         out.append((where, flat[where].clone()))
     return out
 
@@ -172,12 +170,14 @@ INPUT_SAMPLE = 1 << 16  # positions per input that a trial compares before and a
 
 
 class InputWatch:
-    """The reference's own copy of a trial's inputs (what it runs on after the candidate), sampled before the
-    candidate's call at ``INPUT_SAMPLE`` positions each (every position of a smaller input) from a seed the
+    """The reference's own copy of a trial's inputs (what it runs on after the candidate), read before the
+    candidate's call at ``INPUT_SAMPLE`` positions each (every position of a smaller input) drawn from a seed the
     candidate cannot know. A candidate whose kernel writes memory outside its arguments could rewrite that copy
     and its own inputs alike (the reference then computes something trivial, and the candidate's inputs still
     equal the reference's); ``changed()`` names the inputs that moved. To make the reference's work trivial it
-    must change most of an input, which the samples see."""
+    must change most of an input, which the positions see. What is kept is no copy a scan of memory could find
+    and rewrite too: per input, the sum of the sampled values (their bits, as integers) weighted by random
+    integers drawn from the seed, which stays on the host and draws the weights again for the comparison."""
 
     def __init__(self, inputs: list):
         import random
@@ -186,10 +186,43 @@ class InputWatch:
 
         self.indices = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
         self.tensors = [inputs[i] for i in self.indices]
-        self.samples = _samples(self.tensors, random.SystemRandom().getrandbits(31), INPUT_SAMPLE, every_below=True)
+        self.seed = random.SystemRandom().getrandbits(31)
+        self.sums = self._sums()
+
+    def _sums(self) -> list[int]:
+        import torch
+
+        out = []
+        for k, t in enumerate(self.tensors):
+            flat = t.detach().reshape(-1)
+            if flat.is_complex():
+                flat = torch.view_as_real(flat).reshape(-1)
+            generator = torch.Generator(device=flat.device)
+            generator.manual_seed(self.seed + k)
+            n = flat.numel()
+            if n <= INPUT_SAMPLE:
+                values = flat
+            else:
+                values = flat[torch.randint(n, (INPUT_SAMPLE,), generator=generator, device=flat.device)]
+            bits = _as_integers(values)
+            weights = torch.randint(1, 1 << 20, (bits.numel(),), generator=generator, device=flat.device)
+            out.append((bits * weights).sum())  # int64 wraps alike both times: the same bits give the same sum
+        return torch.stack(out).tolist() if out else []  # one wait for the device
 
     def changed(self) -> list[int]:
-        return [i for i, moved in zip(self.indices, _differ(self.tensors, self.samples)) if moved]
+        return [i for i, a, b in zip(self.indices, self.sums, self._sums()) if a != b]
+
+
+def _as_integers(values):
+    """``values``' bits as int64 (a float's bit pattern, so a NaN equals the same NaN; a bool as 0/1)."""
+    import torch
+
+    if values.dtype == torch.bool:
+        return values.to(torch.int64)
+    if values.is_floating_point():
+        as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[values.element_size()]
+        return values.contiguous().view(as_int).to(torch.int64)
+    return values.to(torch.int64)
 
 
 def _fingerprint(tensors: list, seed: int) -> list[float]:

@@ -207,8 +207,11 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
-                if name.split(".")[0] in forbidden_imports:
+                root = name.split(".")[0]
+                if root in forbidden_imports:
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
+                elif root.startswith("_") and root != "__future__":  # a C twin of a module the list bans (`_weakref`)
+                    problems.append(f"line {node.lineno}: importing `{name}`, a private module, is not allowed")
             # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
             full = names if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
             for path in full:

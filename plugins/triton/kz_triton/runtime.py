@@ -128,24 +128,35 @@ def _genuine_class(cls, candidate_module: str = "") -> bool:
     return found is cls
 
 
+# the libraries whose objects may stand among a kernel module's globals: none of their types runs code of the
+# candidate's when its ``__class__`` is read or it is compared (a weakref proxy forwards both to its referent, a
+# mock's are configurable: their modules are not here)
+TRUSTED_ROOTS = frozenset(
+    """builtins types typing __future__ _frozen_importlib _frozen_importlib_external importlib functools
+    collections abc enum dataclasses math numpy torch triton""".split()
+)
+
+
 def module_value_problem(name: str, value, candidate_module: str) -> str:
     """Why a global of the kernel's module may not stand there at an interpreted launch, or "": the interpreter
     looks at every global of the kernel's module (``inspect.ismodule(value) and value in [tl, tl.core]``), which
     reads ``__class__`` and compares, inside the suspended launch; an object of the candidate's own class (a
     module subclass with ``__eq__``, a ``__class__`` property) or a class with a metaclass of its own would run its
     code there unguarded."""
-    if _genuine_class(type(value), candidate_module):
+    kind = type(value)
+    if _genuine_class(kind, candidate_module) and str(kind.__module__).split(".")[0] in TRUSTED_ROOTS:
         return ""
     return (
-        f"the kernel's module binds `{name}` to an object of class `{type(value).__qualname__}`, defined by the "
-        "candidate: under the CPU interpreter a kernel module's globals must be modules, functions, classes, "
-        "kernels and values of Python's, torch's or triton's own types"
+        f"the kernel's module binds `{name}` to an object of class `{type(value).__qualname__}`, which the "
+        "candidate defined or which is no type of Python's, NumPy's, torch's or triton's: under the CPU interpreter "
+        "a kernel module's globals must be modules, functions, classes, kernels and values of those types"
     )
 
 
 def _plain_value(value) -> bool:
     """Exactly a tensor, a Python scalar, a string, None, a dtype (torch's or Triton's own), a ``tl.constexpr`` of
-    one of those but a tensor, or a tuple of plain values: no subclass, whose methods would be the candidate's."""
+    one of those but a tensor, a host ``TensorDescriptor`` of a tensor, or a tuple of plain values: no subclass,
+    whose methods would be the candidate's."""
     import torch
     from triton import language as tl
     from triton.runtime.jit import TensorWrapper
@@ -163,7 +174,16 @@ def _plain_value(value) -> bool:
         return all(_plain_value(v) for v in value)
     if kind is TensorWrapper:  # triton.reinterpret(x, dtype)
         return type(value.base) is torch.Tensor and _plain_value(value.dtype)
+    if kind is _tensor_descriptor_class():  # TensorDescriptor.from_tensor(x, block_shape)
+        ints = all(type(v) is int for part in (value.shape, value.strides, value.block_shape) for v in part)
+        return type(value.base) is torch.Tensor and ints and type(value.padding) is str
     return False
+
+
+def _tensor_descriptor_class():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor
 
 
 def _constexpr_parameters(fn) -> set[str]:
@@ -250,6 +270,7 @@ def _launch_guard(_fn, args, kwargs, launch: _Launch | None = None):
 
     _plain_arguments(args, kwargs)
     _tensor_for_constexpr(_fn, args, kwargs)
+    ranges = _argument_ranges(args, kwargs, getattr(_fn, "arg_names", None))
     if launch is not None:
         launch.verify()
     recheck = launch.verify if launch is not None else (lambda: None)
@@ -269,7 +290,7 @@ def _launch_guard(_fn, args, kwargs, launch: _Launch | None = None):
     for name, hook in saved.items():
         if hook is not None:
             setattr(runtime, name, _then(guard.guarded(hook), recheck))
-    _MEMORY_SCOPES.append(_argument_ranges(args, kwargs))
+    _MEMORY_SCOPES.append(ranges)
     try:
         with guard.suspended():
             yield
@@ -307,17 +328,19 @@ class MemoryAccessRefused(RuntimeError):
     """An interpreted kernel's load or store outside the memory of the launch's tensor arguments."""
 
 
-_MEMORY_SCOPES: list[list[tuple[int, int]] | None] = []  # per active launch: its arguments' storages (None: any)
+_MEMORY_SCOPES: list[list[tuple[int, int]]] = []  # per active launch: its arguments' storages
 
 
-def _argument_ranges(args, kwargs) -> list[tuple[int, int]] | None:
+def _argument_ranges(args, kwargs, names=None) -> list[tuple[int, int]]:
     """[start, end) of the storage of every tensor among a launch's arguments (in tuples, `triton.reinterpret`
-    wrappers and tensor descriptors too); None when one lies off the CPU (the interpreter then runs on host copies
-    whose addresses are its own)."""
+    wrappers and tensor descriptors too): only those bound to the kernel's parameters (``names``, its
+    ``arg_names``; the interpreter drops other keywords). Under the CPU interpreter every tensor must be on the
+    CPU (a tensor elsewhere is run on a host copy whose addresses are the interpreter's own): ``TypeError``."""
     import torch
 
     ranges: list[tuple[int, int]] = []
-    pending = [*args, *kwargs.values()]
+    bound = dict(kwargs) if names is None else {k: v for k, v in kwargs.items() if k in names}
+    pending = [*args, *bound.values()]
     while pending:
         value = pending.pop()
         if isinstance(value, tuple):
@@ -328,7 +351,8 @@ def _argument_ranges(args, kwargs) -> list[tuple[int, int]] | None:
             value = base  # triton.reinterpret's TensorWrapper, a TensorDescriptor
         if isinstance(value, torch.Tensor):
             if value.device.type != "cpu":
-                return None
+                raise TypeError(f"a kernel argument is a tensor on {value.device}: under the CPU interpreter a "
+                                "launch takes CPU tensors only")  # fmt: skip
             storage = value.untyped_storage()
             ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
     return ranges
@@ -336,11 +360,15 @@ def _argument_ranges(args, kwargs) -> list[tuple[int, int]] | None:
 
 def _check_access(ptrs, mask, size: int, kind: str) -> None:
     """Every address ``ptrs`` accesses (where ``mask`` is set), ``size`` bytes each, must lie inside one of the
-    current launch's argument storages (`_MEMORY_SCOPES`)."""
+    current launch's argument storages (`_MEMORY_SCOPES`). Outside every launch kzcore instrumented (a kernel
+    the candidate kept out of its module's namespace, so never instrumented) nothing may be accessed."""
     import numpy as np
 
-    if not _MEMORY_SCOPES or _MEMORY_SCOPES[-1] is None:
-        return
+    if not _MEMORY_SCOPES:
+        raise MemoryAccessRefused(
+            f"a kernel {kind} outside every instrumented launch (a kernel must be a module-level @triton.jit "
+            "function of the candidate's module, launched as kernel[grid](...))"
+        )
     addresses = np.asarray(ptrs).astype(np.uint64, copy=False).reshape(-1)
     if mask is not None:
         addresses = addresses[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(ptrs)).reshape(-1)]
@@ -426,7 +454,7 @@ class _Launch:
         snap = _interpreter_snapshot()
         self._interpreter_unchanged(snap)
         self._injected_globals(snap)
-        self._plain_globals()
+        self._plain_globals(snap)
         run = snap["classes"][snap["module"].InterpretedFunction].get("run")
         if (
             getattr(self.original, "__func__", None) is not run
@@ -450,15 +478,19 @@ class _Launch:
         if changed:
             raise LaunchRefused(f"Triton's interpreter was changed ({', '.join(sorted(changed)[:5])}): launch refused")
 
-    def _plain_globals(self) -> None:
-        """Every global of the kernel's module (and of the kernel function's own globals, where they differ) is
-        one the interpreter can look at without running the candidate's code (`module_value_problem`)."""
+    def _plain_globals(self, snap) -> None:
+        """Every global of the kernel's module (and of the kernel function's own globals, where they differ) but
+        those the interpreter put there itself is one the interpreter can look at without running the candidate's
+        code (`module_value_problem`)."""
         namespaces = [vars(self.module)]
         own = getattr(getattr(self.fn, "fn", None), "__globals__", None)
         if own is not None and own is not namespaces[0]:
             namespaces.append(own)
+        injected = snap["globals"]  # what the interpreter copies into a kernel's module is its own (checked above)
         for namespace in namespaces:
             for name, value in list(namespace.items()):
+                if name in injected and value is injected[name]:
+                    continue
                 problem = module_value_problem(name, value, self.module.__name__)
                 if problem:
                     raise LaunchRefused(problem)

@@ -37,9 +37,11 @@ DTYPE_METHODS = frozenset(
     is_int64 is_int8 is_int_signed is_int_unsigned is_ptr is_standard_floating is_uint16 is_uint32 is_uint64
     is_uint8 is_void with_element_ty""".split()
 )
+# a tensor descriptor's (`tl.make_tensor_descriptor`, a host TensorDescriptor argument): `desc.load([...])`
+DESCRIPTOR_METHODS = frozenset("load store gather scatter block_shape block_type".split())
 # attributes read on the way to such a method (`x_ptr.dtype.element_ty`, `acc.type.scalar`)
 VALUE_ATTRIBUTES = frozenset("dtype type element_ty scalar shape numel value primitive_bitwidth".split())
-KERNEL_METHODS = TENSOR_METHODS | DTYPE_METHODS
+KERNEL_METHODS = TENSOR_METHODS | DTYPE_METHODS | DESCRIPTOR_METHODS
 
 # the decorators that make or wrap a kernel: applied only by decorator, on a module-level function
 KERNEL_MAKERS = frozenset(("jit", "autotune", "heuristics"))

@@ -230,7 +230,12 @@ def test_an_object_of_the_candidate_s_class_among_the_kernel_module_s_globals_is
     class Spoof:
         __module__ = "triton.language.core"  # names triton's module, which does not hold it
 
-    for value in (Mod("m"), Spoof(), tl.dtype):  # the last: a class whose metaclass is `type`: fine
+    import weakref
+    from unittest import mock
+
+    kept = Spoof()
+    # a weakref proxy and a mock are of genuine library classes, but forward or configure `__class__` and `==`
+    for value in (Mod("m"), Spoof(), weakref.proxy(kept), mock.MagicMock(spec=types.ModuleType), tl.dtype):
         assert bool(module_value_problem("v", value, "kz_candidate")) is (value is not tl.dtype)
     for value in (torch, tl, len, 3, "s", None, [1], {"a": 1}, torch.float32, tl.float32, tl.constexpr(4), source_of):
         assert module_value_problem("v", value, "kz_candidate") == "", value
@@ -271,10 +276,30 @@ def test_a_tensor_for_a_constexpr_parameter_and_a_dtype_of_the_candidate_s_class
     runtime._plain_arguments((tl.float32, tl.pointer_type(tl.float32)), {})
 
 
-def test_an_honest_kernel_with_reinterpret_and_static_assert_is_correct(triton_pool, problems):
-    source = source_of("honest_reinterpret_relu")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "honest_reinterpret_relu",  # triton.reinterpret, a tuple argument, tl.static_assert
+        "honest_host_descriptor_relu",  # a host TensorDescriptor argument
+        "honest_descriptor_methods_relu",  # desc.load / desc.store
+        "honest_device_descriptor_relu",  # tl.make_tensor_descriptor; the output a strided view at an offset
+        "honest_atomic_table_relu",  # a module-level table passed as a tensor; atomics into the output
+    ],
+)
+def test_honest_kernels_on_the_edges_of_the_new_rules_are_correct(triton_pool, problems, name):
+    source = source_of(name)
     assert check_source(source) == []
-    assert evaluate(triton_pool, problems["1_ReLU"], source).status is Status.CORRECT
+    result = evaluate(triton_pool, problems["1_ReLU"], source)
+    assert result.status is Status.CORRECT, result.message
+
+
+def test_the_kernel_method_list_covers_triton_s_tensor_descriptor():
+    from triton import language as tl
+
+    from kz_triton.static import KERNEL_METHODS, VALUE_ATTRIBUTES
+
+    names = {n for n in dir(tl.core.tensor_descriptor_base) if not n.startswith("_")}
+    assert names <= KERNEL_METHODS | VALUE_ATTRIBUTES
 
 
 def test_a_kernel_reads_and_writes_only_its_launch_s_tensor_arguments(triton_pool, problems):
@@ -282,12 +307,20 @@ def test_a_kernel_reads_and_writes_only_its_launch_s_tensor_arguments(triton_poo
     memory for the reference's live output in the timed pairs and copied it; another found the inputs the
     reference was about to run on and zeroed them with its own. Every interpreted load and store must fall inside
     a tensor argument of its launch (`kz_triton.runtime._BoundedMemory`)."""
-    for name in ("read_reference_output", "rewrite_reference_inputs"):
+    expected = {
+        "read_reference_output": "lies outside every tensor argument of its launch",
+        "rewrite_reference_inputs": "lies outside every tensor argument of its launch",
+        # a meta tensor among the keywords (dropped by the interpreter) once turned the bound off
+        "unbound_by_a_meta_argument": "lies outside every tensor argument of its launch",
+        # kernels deleted from the module's namespace are never instrumented: their launches have no bound
+        "hidden_kernel": "outside every instrumented launch",
+    }
+    for name, message in expected.items():
         source = source_of(name)
         assert check_source(source) == []
         result = evaluate(triton_pool, problems["1_ReLU"], source)
         assert result.status is Status.RUNTIME_ERROR, result.message
-        assert "lies outside every tensor argument of its launch" in result.message
+        assert message in result.message, (name, result.message)
 
 
 def test_the_access_bounds_follow_each_launch_s_arguments():
@@ -297,8 +330,12 @@ def test_the_access_bounds_follow_each_launch_s_arguments():
     from kz_triton import runtime
 
     x, y = torch.zeros(8), torch.zeros(4, dtype=torch.float64)
-    ranges = runtime._argument_ranges((x, 3, (y,)), {})
+    ranges = runtime._argument_ranges((x, 3, (y,)), {"unused": torch.zeros(100)}, names=["x", "n", "ys", "BLOCK"])
     assert sorted(ranges) == sorted([(x.data_ptr(), x.data_ptr() + 32), (y.data_ptr(), y.data_ptr() + 32)])
+    with pytest.raises(TypeError, match="under the CPU interpreter a launch takes CPU tensors only"):
+        runtime._argument_ranges((x,), {"extra": torch.empty(1, device="meta")})  # it used to lift the bound
+    with pytest.raises(runtime.MemoryAccessRefused, match="outside every instrumented launch"):
+        runtime._check_access(np.array([x.data_ptr()], dtype=np.uint64), None, 4, "load")  # no launch: nothing
     runtime._MEMORY_SCOPES.append(ranges)
     try:
         inside = np.array([x.data_ptr(), x.data_ptr() + 28, y.data_ptr() + 24], dtype=np.uint64)
