@@ -268,12 +268,9 @@ def triton_internal_violations(tree: ast.Module) -> list[str]:
             module = node.module or ""
             found = [f"{module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Attribute) and id(node) not in inner:
-            chain, root = [], node
-            while isinstance(root, ast.Attribute):
-                chain.append(root.attr)
-                root = root.value
+            root, chain = _chain(node)
             if isinstance(root, ast.Name) and root.id in paths:
-                found = [".".join([paths[root.id], *reversed(chain)])]
+                found = [".".join([paths[root.id], *chain])]
         for path in found:
             why = triton_internal_problem(path)
             problem = f"line {node.lineno}: `{path}`: {why}" if why else ""
@@ -421,18 +418,23 @@ def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
     return out
 
 
+def _chain(node: ast.AST) -> tuple[ast.AST, list[str]]:
+    """(the root of an attribute or subscript chain, its attribute names in order): ``tl.math.exp`` -> (``tl``,
+    ["math", "exp"])."""
+    chain: list[str] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+        node = node.value
+    return node, chain[::-1]
+
+
 def _attribute_problem(node: ast.Attribute, where: str, own: set[str], triton_names: set[str], paths) -> str:
     """An attribute read in a kernel body: along a triton- or math-rooted path, only into triton.language (or
     math), no private name (`kernel_path_problem`); on any other value, only the attributes and methods Triton's
     language gives its values (`KERNEL_METHODS`, `VALUE_ATTRIBUTES`: not ``x.handle.data``, the interpreter's
     NumPy array)."""
-    chain: list[str] = []
-    root: ast.AST = node
-    while isinstance(root, (ast.Attribute, ast.Subscript)):
-        if isinstance(root, ast.Attribute):
-            chain.append(root.attr)
-        root = root.value
-    chain.reverse()
+    root, chain = _chain(node)
     if isinstance(root, ast.Name) and root.id in triton_names and root.id not in own:
         path = ".".join([paths.get(root.id, root.id), *chain])
         why = kernel_path_problem(path)
@@ -448,13 +450,7 @@ def _attribute_problem(node: ast.Attribute, where: str, own: set[str], triton_na
 def _call_problem(node: ast.Call, where: str, own: set[str], module_level: set[str], mod, triton_names) -> str:
     line = node.lineno
     callee = node.func
-    root = callee
-    chain: list[str] = []
-    while isinstance(root, (ast.Attribute, ast.Subscript)):
-        if isinstance(root, ast.Attribute):
-            chain.append(root.attr)
-        root = root.value
-    chain.reverse()
+    root, chain = _chain(callee)
     if isinstance(root, ast.Name) and root.id in triton_names and root.id not in own:
         return ""  # tl.load(...), triton.cdiv(...): triton's own
     if isinstance(callee, ast.Subscript) or (
