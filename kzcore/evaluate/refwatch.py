@@ -220,8 +220,9 @@ def _as_integers(values):
     if values.dtype == torch.bool:
         return values.to(torch.int64)
     if values.is_floating_point():
-        as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[values.element_size()]
-        return values.contiguous().view(as_int).to(torch.int64)
+        from kzcore.evaluate.tensors import _INT_OF_SIZE
+
+        return values.contiguous().view(getattr(torch, _INT_OF_SIZE[values.element_size()])).to(torch.int64)
     return values.to(torch.int64)
 
 

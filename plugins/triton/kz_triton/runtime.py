@@ -186,7 +186,15 @@ def _tensor_descriptor_class():
     return TensorDescriptor
 
 
-def _constexpr_parameters(fn) -> set[str]:
+def _bound_arguments(args, kwargs, names) -> dict:
+    """A launch's arguments by the kernel parameter they bind to (``names``: its ``arg_names``; keywords naming
+    none are left out, as the interpreter drops them; None: every keyword kept)."""
+    names = list(names) if names is not None else None
+    positional = {(names[i] if names and i < len(names) else i): v for i, v in enumerate(args)}
+    return {**positional, **{k: v for k, v in kwargs.items() if names is None or k in names}}
+
+
+def _constexpr_parameters(fn) -> frozenset[str]:
     """The names of the kernel's parameters annotated ``tl.constexpr`` (as an object or, under ``from __future__
     import annotations``, as text)."""
     import inspect
@@ -195,13 +203,13 @@ def _constexpr_parameters(fn) -> set[str]:
 
     python_fn = getattr(fn, "fn", None)
     if python_fn is None:
-        return set()
+        return frozenset()
     out = set()
     for name, param in inspect.signature(python_fn).parameters.items():
         note = param.annotation
         if note is tl.constexpr or (isinstance(note, str) and note.strip("'\" ").rsplit(".", 1)[-1] == "constexpr"):
             out.add(name)
-    return out
+    return frozenset(out)
 
 
 def _tensor_for_constexpr(fn, args, kwargs) -> None:
@@ -214,8 +222,7 @@ def _tensor_for_constexpr(fn, args, kwargs) -> None:
     constexprs = _constexpr_parameters(fn)
     if not constexprs:
         return
-    names = list(getattr(fn, "arg_names", ()))
-    given = {**{names[i]: v for i, v in enumerate(args) if i < len(names)}, **kwargs}
+    given = _bound_arguments(args, kwargs, getattr(fn, "arg_names", None))
     for name in sorted(constexprs & given.keys()):
         if isinstance(given[name], (torch.Tensor, TensorWrapper)):
             raise TypeError(f"kernel argument `{name}` is a tl.constexpr parameter given a tensor: pass tensors to "
@@ -339,8 +346,7 @@ def _argument_ranges(args, kwargs, names=None) -> list[tuple[int, int]]:
     import torch
 
     ranges: list[tuple[int, int]] = []
-    bound = dict(kwargs) if names is None else {k: v for k, v in kwargs.items() if k in names}
-    pending = [*args, *bound.values()]
+    pending = list(_bound_arguments(args, kwargs, names).values())
     while pending:
         value = pending.pop()
         if isinstance(value, tuple):

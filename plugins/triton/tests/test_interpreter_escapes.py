@@ -257,7 +257,7 @@ def test_a_tensor_for_a_constexpr_parameter_and_a_dtype_of_the_candidate_s_class
     from kz_triton import runtime
 
     def body(x_ptr, out: tl.constexpr, n, BLOCK):
-        pass
+        """Only the signature is read: which parameters are constexpr."""
 
     body.__annotations__["BLOCK"] = "'tl.constexpr'"  # a quoted annotation under `from __future__ import annotations`
 
