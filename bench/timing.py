@@ -291,11 +291,13 @@ class Bench:
 
         # A wall clock on a CPU cannot show the cache's full advantage: the smoke run lowers the threshold.
         threshold = {"implausible_speedup": SMOKE_IMPLAUSIBLE} if self.args.device == "cpu" else {}
-        # The cheat engages at its 8th call on one buffer; a steady kernel stops at min_reps pairs spread over the
-        # placements, and at 16 (2 pairs a placement) no buffer is called that often, so the cheat computes
-        # honestly throughout. 32 pairs give it the calls it waits for (every timed pair's spots catch a stale
-        # output whichever pair it is in; the count only decides whether the cheat fires at all).
-        engaged = {"min_reps": max(32, self.config.min_reps)}
+        # The cheat serves its cache from the 9th call on one buffer; a steady kernel stops at min_reps pairs spread
+        # over the placements, and at 16 (2 pairs a placement) no buffer is called that often, so the cheat
+        # computes honestly throughout and "correct" is the true verdict. Nine pairs a placement make it fire on
+        # every placement whatever the warm-up and probe calls add (every timed pair's spots catch a stale output
+        # whichever pair it is in; the count only decides whether the cheat fires at all). The case also fails
+        # when the cheat never fired (a speedup near 1): that would test nothing.
+        engaged = {"min_reps": max(9 * self.config.timing_placements, self.config.min_reps)}
         case("cache_after_warmup", "1_ReLU", cheat, "hack_suspected", False, **threshold, **engaged)
         # re-verification off: the checked timed pairs alone must catch it (the last pair is always checked, so
         # no setting lets the cheat be scored as it would be if trusted)
