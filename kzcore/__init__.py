@@ -50,6 +50,7 @@ _PUBLIC = {
             "FORBIDDEN_IMPORTS",
             "METHOD_COMPUTE",
             "ModuleInfo",
+            "ast_walk",
             "common_violations",
             "dotted",
             "escape_violations",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # a module function or ModelNew method, sync or async
 
 
-def walk(node: ast.AST) -> list[ast.AST]:
+def ast_walk(node: ast.AST) -> list[ast.AST]:
     """``ast.walk(node)``'s nodes, in its order, as a list kept on the node: one check walks the same parsed
     tree and its functions a few dozen times (most of its cost). Checks never change a tree they parse."""
     nodes = node.__dict__.get("_kz_walk")
@@ -125,7 +125,7 @@ class ModuleInfo:
         """self.<attr> = nn.<Module>(...) assignments in ModelNew.__init__."""
         init = self.methods.get("__init__")
         out = {}
-        for node in walk(init) if init else ():
+        for node in ast_walk(init) if init else ():
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 ctor = dotted(node.value.func)
                 if ctor.startswith(("nn.", "torch.nn.")) and ctor.split(".")[-1] not in ("Parameter", "ParameterList"):
@@ -146,7 +146,7 @@ class ModuleInfo:
                 continue
             seen.add(id(fn))
             path.append(fn)
-            for node in walk(fn):
+            for node in ast_walk(fn):
                 # any reference counts, not only calls: Thread(target=helper) or map(helper, ...) run it too
                 name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
                 if name in self.functions and name not in self.kernels:
@@ -170,7 +170,7 @@ def violations_in(fn: FunctionNode, mod: ModuleInfo, exempt: tuple[str, ...]) ->
     """PyTorch compute, submodule calls, the reference Model and dynamic dispatch inside ``fn``; a tensor
     method's name called through a name starting with one of ``exempt`` (`exempt_namespaces`) is not one."""
     out = []
-    for node in walk(fn):
+    for node in ast_walk(fn):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             out.append(f"line {line}: `@` (matrix multiply) on tensors in the forward path")
@@ -211,7 +211,7 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
     ways around those rules (``escape_violations``)."""
     problems: list[str] = []
     internals: dict[int, str] = {}
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Try):
             problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -243,10 +243,10 @@ def numpy_violations(tree: ast.Module) -> list[str]:
     """NumPy names other than allocation and dtypes (`NUMPY_ALLOWED`), anywhere in the module: NumPy computing
     on tensor memory (``torch.from_numpy`` over an array, an ``__array_interface__``) is host compute that no
     kernel did and no operator records, and it can sit in any helper the forward reaches."""
-    aliases = {a.asname or a.name for n in walk(tree) if isinstance(n, ast.Import) for a in n.names
+    aliases = {a.asname or a.name for n in ast_walk(tree) if isinstance(n, ast.Import) for a in n.names
                if a.name.split(".")[0] == "numpy"}  # fmt: skip
     out = []
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "numpy":
             names = [a.name for a in node.names if (node.module or "") != "numpy" or a.name not in NUMPY_ALLOWED]
             if names:
@@ -269,7 +269,7 @@ def _private_torch(path: str) -> bool:
 
 def _imported_names(tree: ast.Module) -> set[str]:
     names = set()
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.asname or a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -305,7 +305,7 @@ def _aliases(tree: ast.Module, imported: set[str]) -> set[str]:
     """Names bound to an imported name or to an attribute path from one (``lang = tl``, ``lin = torch.linalg``),
     anywhere in the module: patching through them is patching the module itself."""
     found: set[str] = set()
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
             if dotted(node.value).split(".")[0] in imported | found:
                 found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
@@ -327,15 +327,15 @@ def escape_violations(tree: ast.Module) -> list[str]:
     method), ``setattr`` on ``self`` with a computed or private name."""
     imported = _imported_names(tree)
     imported |= _aliases(tree, imported)
-    called = {id(node.func) for node in walk(tree) if isinstance(node, ast.Call)}
-    own_classes = {node.name for node in walk(tree) if isinstance(node, ast.ClassDef)}
+    called = {id(node.func) for node in ast_walk(tree) if isinstance(node, ast.Call)}
+    own_classes = {node.name for node in ast_walk(tree) if isinstance(node, ast.ClassDef)}
     out: list[str] = []
 
     def add(problem: str | None) -> None:
         if problem and problem not in out:
             out.append(problem)
 
-    for node in walk(tree):
+    for node in ast_walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             fn, args = node.func.id, node.args

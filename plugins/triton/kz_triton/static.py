@@ -16,8 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from kzcore import FORBIDDEN_IMPORTS, ModuleInfo, common_violations, dotted, forward_violations
-from kzcore.evaluate.static import walk
+from kzcore import FORBIDDEN_IMPORTS, ModuleInfo, ast_walk, common_violations, dotted, forward_violations
 
 # what a kernel body may call by a bare name besides triton's names and the module's other kernels
 KERNEL_BUILTINS = frozenset("range min max len int float bool abs print isinstance".split())
@@ -69,7 +68,7 @@ def interpreter_globals() -> frozenset[str]:
     except (ImportError, IndexError, OSError, SyntaxError, ValueError):
         return frozenset(_INTERPRETER_FALLBACK)
     emitted, parameters = set(), set()
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Call) and dotted(node.func) in ("ast.Name", "ast.arg"):
             for kw in node.keywords:
                 if kw.arg in ("id", "arg") and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
@@ -126,7 +125,7 @@ def _module_bindings(tree: ast.Module, package: str = "") -> list[tuple[str, int
 
     for stmt in tree.body:
         visit(stmt)
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Global):
             out += [(name, node.lineno, None) for name in node.names]
     return out
@@ -153,7 +152,7 @@ def interpreter_name_violations(tree: ast.Module) -> list[str]:
             )
             if problem not in out:
                 out.append(problem)
-    for node in walk(tree):
+    for node in ast_walk(tree):
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
         if name and name not in bound and theirs(name):
             problem = f"line {node.lineno}: `{name}` is a name of Triton's interpreter, not the candidate's"
@@ -182,7 +181,7 @@ def jit_by_call_violations(tree: ast.Module, triton_names: set[str]) -> list[str
                 allowed.add(id(dec.func if isinstance(dec, ast.Call) else dec))
     out: list[str] = []
     seen_inner: set[int] = set()
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in seen_inner:
             continue
         inner = node.value if isinstance(node, ast.Attribute) else None
@@ -203,7 +202,7 @@ def jit_by_call_violations(tree: ast.Module, triton_names: set[str]) -> list[str
 def _triton_imports(tree: ast.Module) -> tuple[set[str], set[str]]:
     """(names bound by importing triton or math, names bound by importing anything else)."""
     triton_names, other_names = set(), set()
-    for node in walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 root = a.name.split(".")[0]
@@ -259,9 +258,9 @@ def triton_internal_violations(tree: ast.Module) -> list[str]:
     """Imports and attribute paths, anywhere in the module, into Triton's interpreter or a private part of triton
     (`triton_internal_problem`): its extension module loads and stores raw addresses, from host code as well."""
     paths = _triton_paths(tree)
-    inner = {id(n.value) for n in walk(tree) if isinstance(n, ast.Attribute)}  # a longer path holds these
+    inner = {id(n.value) for n in ast_walk(tree) if isinstance(n, ast.Attribute)}  # a longer path holds these
     out = []
-    for node in walk(tree):
+    for node in ast_walk(tree):
         found = []
         if isinstance(node, ast.Import):
             found = [a.name for a in node.names]
@@ -337,7 +336,7 @@ def _body_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef):
     """Every node of a kernel's own code: its parameters (annotations, defaults) and body, not its decorators
     (module code, checked by the module rules)."""
     for part in (fn.args, *fn.body, *([fn.returns] if fn.returns else [])):
-        yield from walk(part)
+        yield from ast_walk(part)
 
 
 def kernel_violations(tree: ast.Module, mod: ModuleInfo) -> list[str]:
