@@ -160,6 +160,13 @@ def run_one(pool: LocalPool, problem: Problem, source: str, language: str = "tri
         ("shared_fd_host", "1_ReLU", "`._share_fd_cpu_` reaches into Python internals"),
         # a C twin of a banned module: a weakref proxy among the module's globals forwarded `__class__` reads
         ("weakref_proxy_global", "11_Softmax", "importing `_weakref`, a private module, is not allowed"),
+        # Python run inside the suspended launch: NumPy's error callback, NumPy reached through another module's
+        ("numpy_errcall_relu", "1_ReLU", "`fz.np` reaches a module through another one"),
+        # the evaluator's frames (the job's tolerances swapped); modules fetched by a string (the guard's depth
+        # counter set, the interpreter's memory bound shadowed)
+        ("frame_config_relu", "1_ReLU", "importing `pdb` is not allowed in a kernel module"),
+        ("resolve_name_guard_relu", "1_ReLU", "importing `pkgutil` is not allowed in a kernel module"),
+        ("resolve_name_unbound_relu", "1_ReLU", "importing `pkgutil` is not allowed in a kernel module"),
     ],
 )
 def test_triton_cheat_fails_the_static_check(triton_pool, problems, kind, problem, expected):
@@ -188,6 +195,43 @@ def test_triton_torch_compute_past_the_static_check_is_caught_by_the_op_guard(tr
     result = run_one(triton_pool, problems[problem], source)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "forward ran PyTorch compute operators outside its kernels" in result.message and op in result.message
+
+
+@pytest.mark.parametrize(
+    "kind, problem, op",
+    [
+        ("unguarded_timed_relu", "1_ReLU", "aten.relu"),  # torch where a fresh allocation is not NaN-filled
+        ("unguarded_timed_matmul", "19_Matmul", "aten.mm"),  # the same from its second such call on
+    ],
+)
+def test_torch_compute_only_where_the_guard_seems_off_is_caught_in_the_timed_calls(
+    triton_pool, problems, kind, problem, op
+):
+    """The forward tells its trials (allocations NaN-filled by the guard) from the timed calls, and computes with
+    PyTorch only in the latter: the timed calls run under the same guard (filling nothing)."""
+    source = source_of(kind)
+    assert check_source(source) == []
+    result = run_one(triton_pool, problems[problem], source)
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert result.message.startswith("a timed call of the candidate ran PyTorch compute"), result.message
+    assert op in result.message
+
+
+@pytest.mark.parametrize(
+    "kind, problem, expected",
+    [
+        # fp16 the default dtype while trial 0 draws its inputs, then fp32 again: trial 0 is no fp32 problem
+        ("default_dtype_flip_relu", "1_ReLU", "after its construction, the candidate's code changed precision"),
+        # autocast switched on process-wide: the reference's matmul runs in bf16 beside the candidate's
+        ("autocast_matmul", "19_Matmul", "changed precision setting(s) autocast on cpu"),
+        # a SIGALRM handler that computes the output with torch inside the interpreted launch (guard suspended)
+        ("signal_handler_relu", "1_ReLU", "after its construction, the candidate's code set the handler of SIGALRM"),
+    ],
+)
+def test_process_precision_switched_by_the_candidate_is_caught(triton_pool, problems, kind, problem, expected):
+    result = run_one(triton_pool, problems[problem], source_of(kind))
+    assert result.status is Status.HACK_SUSPECTED, result.message
+    assert expected in result.message, result.message
 
 
 def test_host_compute_past_the_static_check_is_caught_by_the_op_guard(triton_pool, problems):
@@ -327,7 +371,7 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
         (
             "attention_off",
             "1_ReLU",
-            "after the correctness trials, the candidate's code changed process setting(s) flash",
+            "the candidate's code changed process setting(s) flash",
         ),
         # a one-shot hook zeroes the reference's LayerNorm weight (and its own): both output the bias alone
         ("zeroed_weights", "13_LayerNorm", "changed the values of the reference's `reference.ln.weight`"),

@@ -233,3 +233,36 @@ def test_the_second_shapes_problem_is_checked_whole_and_let_go(problem, tmp_path
     assert found == "changed the values of the reference's `reference.linear.weight`"
     assert len(watch.problems) == 1 and watch.problems[0].parameters[0][1] is reference.linear.weight
     assert watch.retire_last() == [] and watch.problems == []
+
+
+def test_signal_handlers_numpy_error_callbacks_default_dtype_and_autocast_are_compared():
+    """Python that runs at moments the candidate picks (a signal handler, NumPy's error callback) and switches that
+    change what the reference computes in (the default dtype, autocast): each is named after a change, in the
+    per-call check (`settings_findings`, part of `problem_findings`) as in the whole one."""
+    import signal
+
+    import numpy as np
+
+    from kzcore.evaluate import integrity
+
+    watch = integrity.Watch()
+    assert watch.settings_findings() == [] and watch.findings() == []
+    changes = [
+        (lambda: signal.signal(signal.SIGALRM, lambda *_: None), lambda old: signal.signal(signal.SIGALRM, old),
+         lambda: signal.getsignal(signal.SIGALRM), "the handler of SIGALRM"),
+        (lambda: np.seterrcall(print), np.seterrcall, np.geterrcall, "NumPy's error callback"),
+        (lambda: np.seterr(divide="call"), lambda old: np.seterr(**old), np.geterr, "NumPy's error handling"),
+        (lambda: torch.set_autocast_enabled("cpu", True), lambda old: torch.set_autocast_enabled("cpu", old),
+         lambda: torch.is_autocast_enabled("cpu"), "autocast on cpu"),
+    ]  # fmt: skip
+    for change, restore, read, name in changes:
+        old = read()
+        change()
+        try:
+            found = watch.settings_findings()
+            assert len(found) == 1 and name in found[0], (name, found)
+            assert any(name in f for f in watch.problem_findings())
+        finally:
+            restore(old)
+        assert watch.settings_findings() == [], name
+    assert watch.findings() == []

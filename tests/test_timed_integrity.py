@@ -338,12 +338,19 @@ def adversarial(kind: str) -> str:
     return source
 
 
-@pytest.mark.parametrize("kind", ["timed_skip_stack", "timed_skip_count"])
-def test_work_skipped_only_while_timed_is_hack_suspected(triton_pool, problems, kind):
-    result = run_one(triton_pool, problems["1_ReLU"], adversarial(kind))
+def test_work_skipped_only_while_timed_is_hack_suspected(triton_pool, problems):
+    result = run_one(triton_pool, problems["1_ReLU"], adversarial("timed_skip_count"))
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert result.message.startswith("timed pair "), result.message
     assert "differs from the reference's on the same inputs, though its correctness trials passed" in result.message
+
+
+def test_a_forward_that_reads_the_call_stack_is_refused_before_it_runs(triton_pool, problems):
+    """The timer's frames on the stack told the timed calls from the trials; `traceback` (like `inspect`, pdb and
+    `sys._getframe`) is refused, and the timed checks stand behind (`timed_skip_count` above)."""
+    result = run_one(triton_pool, problems["1_ReLU"], (HERE / "adversarial" / "timed_skip_stack.py").read_text())
+    assert result.status is Status.STATIC_CHECK_FAILED, result.message
+    assert "importing `traceback` is not allowed in a kernel module" in result.message
 
 
 def test_an_output_in_memory_it_does_not_own_is_hack_suspected(triton_pool, problems):

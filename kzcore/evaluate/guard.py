@@ -11,6 +11,7 @@ and the guard records what it runs."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 ALLOWED_OPS = frozenset(
     """
@@ -107,8 +108,6 @@ def watch_host_escapes() -> None:
 
 
 def _recorded(name: str, original):
-    import functools
-
     label = f"Tensor.{name}"
 
     @functools.wraps(original)
@@ -121,14 +120,15 @@ def _recorded(name: str, original):
     return method
 
 
+@functools.cache  # one class per process (a class statement per forward cost ~40 us a timed call)
 def _mode_class():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class ComputeOpRecorder(TorchDispatchMode):
-        def __init__(self, record: bool):
+        def __init__(self, record: bool, fill: bool):
             super().__init__()
-            self.record = record
+            self.record, self.fill = record, fill
             self.forbidden: list[str] = []
             self.scalar_reads = 0
 
@@ -152,7 +152,7 @@ def _mode_class():
                 if self.scalar_reads == SCALAR_READS + 1:
                     self.forbidden.append(f"Tensor.item (more than {SCALAR_READS} values read one by one)")
             out = func(*args, **(kwargs or {}))
-            if name in UNINITIALISED and isinstance(out, torch.Tensor):
+            if self.fill and name in UNINITIALISED and isinstance(out, torch.Tensor):
                 poison(out)
             return out
 
@@ -195,12 +195,43 @@ def poison(t) -> None:
         t.fill_(torch.iinfo(t.dtype).max)
 
 
-def recorder(record: bool = True):
+def recorder(record: bool = True, fill: bool = True):
     """A fresh dispatch mode for one candidate forward; use as a context manager, then read ``.forbidden``
-    (aten op names, and ``Tensor.<name>`` for `HOST_ESCAPES`; only collected when ``record``). Also resets the
-    launch-depth counter, which candidate code runs beside and could have tampered with."""
+    (aten op names, and ``Tensor.<name>`` for `HOST_ESCAPES`; only collected when ``record``). ``fill``: fill
+    uninitialised allocations (NaN; off for a timed call, where a fill would be timed as the candidate's work).
+    Also resets the launch-depth counter, which candidate code runs beside and could have tampered with."""
     global _depth
     _depth = 0
     _active.clear()
     watch_host_escapes()
-    return _mode_class()(record)
+    return _mode_class()(record, fill)
+
+
+def describe(forbidden: list[str], most: int = 8) -> str:
+    """A recorder's ``forbidden`` list, worded for a verdict (``aten.`` before a bare op name)."""
+    return ", ".join(op if "." in op or "::" in op else f"aten.{op}" for op in forbidden[:most])
+
+
+class ComputeOutsideKernels(Exception):
+    """A forward that ran PyTorch compute outside its kernels where it was called under `checked`."""
+
+
+def checked(fn, record: bool = True):
+    """``fn`` wrapped so that each call runs under a fresh recorder that fills nothing (a timed call, a profiled
+    one) and raises `ComputeOutsideKernels` after a call that computed outside its kernels: the same guard as
+    the trials', so nothing the candidate can observe lets it compute with PyTorch only where it is unguarded."""
+    if not record:
+        return fn
+
+    def call(*args):
+        mode = recorder(record=True, fill=False)
+        with mode:
+            out = fn(*args)
+        if mode.forbidden:
+            raise ComputeOutsideKernels(
+                "ran PyTorch compute operators outside its kernels, or took tensor data to Python: "
+                + describe(mode.forbidden)
+            )
+        return out
+
+    return call

@@ -13,6 +13,7 @@ Neighbours: ``pipeline.Evaluation.run`` holds a ``Watch``; ``guard`` records the
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -176,17 +177,55 @@ def _active_modes() -> list[str]:
 
 
 def precision_settings() -> dict[str, object]:
-    """Process-wide precision switches: turning one on lowers the *reference's* precision too."""
+    """Process-wide precision switches: turning one on lowers the *reference's* precision too. The default dtype
+    and autocast change what the reference computes in (and the problem's input draws), so they count too. A
+    setting this torch cannot report reads as "n/a"."""
     import torch
 
     matmul = torch.backends.cuda.matmul
-    return {
+    out = {
         "torch.backends.cuda.matmul.allow_tf32": matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
         "allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
         "allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch.get_default_dtype()": torch.get_default_dtype(),
     }
+    readers = {"autocast cache": torch.is_autocast_cache_enabled}
+    for device in ("cpu", "cuda"):
+        readers[f"autocast on {device}"] = functools.partial(torch.is_autocast_enabled, device)
+        readers[f"autocast dtype on {device}"] = functools.partial(torch.get_autocast_dtype, device)
+    for name, read in readers.items():
+        try:
+            out[name] = read()
+        except Exception:
+            out[name] = "n/a"
+    return out
+
+
+_signals: list = []  # (signal, its label), listed once
+
+
+def process_handlers() -> dict[str, object]:
+    """Process-wide callbacks that run Python at moments the candidate chooses, outside the op guard: signal
+    handlers (one that fires inside a kernel launch, where the guard is suspended, can compute the output with
+    torch; an interval timer alone runs nothing: the worker ignores the timer signals), and NumPy's floating-point error state and callback (the Triton interpreter
+    runs a kernel's arithmetic through NumPy, so a division by zero there calls the callback)."""
+    import signal
+
+    import numpy as np
+
+    if not _signals:
+        _signals.extend((sig, f"the handler of {sig.name}") for sig in signal.Signals)
+    out: dict[str, object] = {}
+    for sig, name in _signals:
+        try:
+            out[name] = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+    out["NumPy's error handling (numpy.geterr())"] = tuple(sorted(np.geterr().items()))
+    out["NumPy's error callback (numpy.geterrcall())"] = np.geterrcall()
+    return out
 
 
 def speed_settings() -> dict[str, object]:
@@ -295,6 +334,7 @@ class Watch:
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()
         self.speed = speed_settings()
+        self.handlers = process_handlers()
         self.hooks = refwatch.global_hooks()
         self.problems: list[refwatch.ProblemWatch] = []  # each problem module and reference built, as built
 
@@ -323,8 +363,9 @@ class Watch:
 
     def problem_findings(self) -> list[str]:
         """The problem watch's host-side part alone (torch's process-wide module hooks, each problem module and
-        reference by identity): cheap enough for every timed call of the candidate."""
-        out = []
+        reference by identity) and the process settings and handlers (`settings_findings`): cheap enough for
+        every timed call of the candidate."""
+        out = self.settings_findings()
         hooks = refwatch.hooks_changed(self.hooks, refwatch.global_hooks())
         if hooks:
             out.append(
@@ -332,11 +373,9 @@ class Watch:
             )
         return out + _changed_problem([name for problem in self.problems for name in problem.findings()])
 
-    def findings(self) -> list[str]:
-        out = self.problem_findings()
-        for verb, names in (("replaced", replaced()), ("added", added())):
-            if names:
-                out.append(f"{verb} {_listing(names)} (monkey-patching the evaluator, timers or torch)")
+    def settings_findings(self) -> list[str]:
+        """Process-wide precision and speed settings and Python-level handlers changed since the watch began."""
+        out = []
         now = precision_settings()
         changed = [name for name, value in self.precision.items() if now[name] != value]
         if changed:
@@ -345,6 +384,19 @@ class Watch:
         changed = [f"{name} ({value} to {now[name]})" for name, value in self.speed.items() if now[name] != value]
         if changed:
             out.append(f"changed process setting(s) {', '.join(changed)} (they change how fast the reference runs)")
+        now = process_handlers()
+        changed = [
+            name for name, value in self.handlers.items() if now.get(name) is not value and now.get(name) != value
+        ]
+        if changed:
+            out.append(f"set {', '.join(changed)} (Python run outside the op guard, at moments it chooses)")
+        return out
+
+    def findings(self) -> list[str]:
+        out = self.problem_findings()
+        for verb, names in (("replaced", replaced()), ("added", added())):
+            if names:
+                out.append(f"{verb} {_listing(names)} (monkey-patching the evaluator, timers or torch)")
         modes = _active_modes()
         if modes:
             out.append(f"left torch mode(s) {', '.join(modes)} switched on (it would rewrite the reference's ops)")

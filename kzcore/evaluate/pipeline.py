@@ -79,6 +79,9 @@ class Evaluation:
                 warm_inputs = precompile_inputs(state, problem_mod)
             precompile(state, candidate, warm_inputs)  # outside the lock: compiling uses no GPU
             del warm_inputs
+            # before the first trial draws its inputs: a default dtype or autocast switched on in the constructor
+            # and off again in the first forward would change what every check after it compares
+            check_tampering(state, watch, "its construction")
             correctness(state, problem_mod, reference, candidate, launches)  # a shared hold per trial
             with state.shared_gpu("trials"):
                 check_tampering(state, watch, "the correctness trials", values=True)

@@ -53,6 +53,20 @@ FORBIDDEN_IMPORTS = frozenset(
     # (linecache), tensor bytes on the host by serialisation or raw buffers (io, pickle, mmap, array, struct)
     + "string linecache tokenize dis code codeop types weakref io pickle copyreg marshal shelve zipfile".split()
     + "tarfile mmap array struct tempfile".split()
+    # the evaluator's frames (traceback, pdb, bdb, fault and trace hooks) and modules fetched by a string
+    # (pkgutil.resolve_name, pydoc.locate, runpy, zipimport, unittest.mock.patch). Signal handlers are watched at
+    # run time instead (integrity.process_handlers): the worker's own fault handling is tested through them
+    + "faulthandler trace cgitb traceback pdb bdb pkgutil pydoc runpy zipimport unittest".split()
+    # strings evaluated as Python or resolved to objects by name: logging.config's "()" factories, YAML's python
+    # tags, Jinja templates' attribute access, sympify, pickling libraries
+    + "logging yaml jinja2 sympy mpmath cloudpickle dill joblib".split()
+)
+# Module names as attributes: another module's import of one (`some_module.np`, `some_module.traceback`) reaches
+# it around the import rules, so an attribute of these names is refused off anything but the module itself
+MODULE_ATTRS = frozenset(
+    """np numpy sys os signal traceback inspect pdb bdb pkgutil pydoc runpy importlib gc ctypes threading _thread
+    multiprocessing subprocess builtins faulthandler linecache weakref pickle marshal mmap logging unittest mock
+    socket concurrent shutil yaml jinja2 sympy""".split()
 )
 # attribute paths into internals, custom operators (a Python implementation the op guard cannot see into),
 # and tensor bytes on the host (serialisation, tensors over Python buffers)
@@ -68,10 +82,13 @@ NUMPY_ALLOWED = frozenset(
 )
 # Anywhere in the module (module-level code runs in the evaluator's process too):
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
-# names that reach namespaces, frames and closures, or fetch attributes by a computed name
+# names that reach namespaces, frames and closures, fetch attributes by a computed name, or evaluate strings as
+# annotations (typing.get_type_hints, singledispatch registering by annotation)
 ESCAPE_NAMES = frozenset(
     """__dict__ __globals__ __builtins__ __code__ __closure__ __subclasses__ __bases__ __base__ __mro__
-    __getattribute__ f_back f_globals f_locals f_builtins _getframe tb_frame gi_frame cr_frame attrgetter
+    __getattribute__ f_back f_globals f_locals f_builtins _getframe _current_frames currentframe walk_stack walk_tb
+    tb_frame gi_frame cr_frame ag_frame attrgetter get_type_hints get_annotations ForwardRef _eval_type
+    evaluate_forward_ref resolve_types singledispatch singledispatchmethod
     methodcaller __getattr__ __array_interface__ __array_struct__ ctypeslib to_dlpack from_dlpack dlpack""".split()
     # a tensor's memory shared as a file or read and written by file descriptor, around every tensor method
     + """untyped_storage _typed_storage _share_fd_cpu_ _share_filename_cpu_ _share_cuda_ _new_shared
@@ -328,6 +345,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
     imported = _imported_names(tree)
     imported |= _aliases(tree, imported)
     called = {id(node.func) for node in ast_walk(tree) if isinstance(node, ast.Call)}
+    # `x.numpy()` is a tensor method (the forward-path rules judge it); `m.numpy.f` reaches the module
+    inner = {id(node.value) for node in ast_walk(tree) if isinstance(node, ast.Attribute)}
     own_classes = {node.name for node in ast_walk(tree) if isinstance(node, ast.ClassDef)}
     out: list[str] = []
 
@@ -367,6 +386,9 @@ def escape_violations(tree: ast.Module) -> list[str]:
             add(_name_problem(node.name, line, node.name))
         elif isinstance(node, ast.Attribute):
             add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
+            own = isinstance(node.value, ast.Name) and node.value.id == node.attr
+            if node.attr in MODULE_ATTRS and not own and (node.attr != "numpy" or id(node) in inner):
+                add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches a module through another one")
         elif isinstance(node, ast.Name):
             add(_name_problem(node.id, line, node.id))
             if node.id in DYNAMIC_CALLS | REFLECTION_CALLS and id(node) not in called:
@@ -374,6 +396,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 add(_name_problem(a.name, line, f"{node.module}.{a.name}"))
+                if a.name in MODULE_ATTRS and node.module:
+                    add(f"line {line}: `from {node.module} import {a.name}` reaches a module through another one")
             for part in (node.module or "").split("."):
                 add(_name_problem(part, line, node.module or ""))  # None: `from . import x`
         elif isinstance(node, ast.Import):

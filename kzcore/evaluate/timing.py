@@ -10,7 +10,7 @@ import statistics
 import attrs
 
 from kzcore.errors import TimedCheckFailed
-from kzcore.evaluate import memory, precision, trials
+from kzcore.evaluate import guard, memory, precision, trials
 from kzcore.evaluate.placement import placements_for
 from kzcore.evaluate.second_shape import second_shape
 from kzcore.evaluate.spots import SpotCheck
@@ -105,6 +105,25 @@ def watch_problem(state: EvaluationState, where: str) -> None:
         raise TimedCheckFailed(f"{where}: the candidate's code " + "; ".join(found))
 
 
+def guarded_calls(state: EvaluationState, forward, where: str):
+    """``forward`` with every call under the trials' op guard (`guard.checked`: nothing filled, so the timed
+    region holds only the candidate's own work): PyTorch compute there is a failed timed check, as it is
+    ``hack_suspected`` in a trial. Unguarded calls were the ones a forward could tell from its trials (a fresh
+    allocation is not NaN-filled there) and compute in with PyTorch."""
+    language = trials.job_language(state)
+    checked = guard.checked(forward, record=language.guard_torch_ops if language else True)
+    if checked is forward:
+        return forward
+
+    def call(*args):
+        try:
+            return checked(*args)
+        except guard.ComputeOutsideKernels as exc:
+            raise TimedCheckFailed(f"{where} of the candidate {exc}") from None
+
+    return call
+
+
 def timed_snapshot(outputs: list) -> list:
     try:
         return snapshot(outputs)
@@ -177,10 +196,8 @@ def timing_pass(state: EvaluationState, problem_mod, reference, candidate, input
     pair runs on new input contents and some pairs, the last always, have their outputs checked
     (`kzcore.timed.TimedRounds`): a wrong timed output is ``hack_suspected``. The timing fields go into
     ``state.fields``, with ``state.notes`` in the timing note."""
-    run_reference, run_candidate = (
-        state.direct_forward("reference", reference),
-        state.direct_forward(state.language, candidate),
-    )
+    run_reference = state.direct_forward("reference", reference)
+    run_candidate = guarded_calls(state, state.direct_forward(state.language, candidate), "a timed call")
     ref_placed, cand_placed = placements_for(
         state.config.timing_placements, state.config.placement_shift_mib, state.device, *inputs
     )

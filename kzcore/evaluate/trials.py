@@ -87,11 +87,15 @@ def trial(
             state.poisoned = is_fatal_device_error(exc)
             raise Verdict(Status.RUNTIME_ERROR, f"{label}: " + candidate_error(exc, state.candidate_file)) from None
     if recorder.forbidden:
-        ops = ", ".join(op if "." in op or "::" in op else f"aten.{op}" for op in recorder.forbidden[:8])
         raise Verdict(
             Status.HACK_SUSPECTED,
-            f"forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: {ops}",
+            "forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: "
+            + guard.describe(recorder.forbidden),
         )
+    changed = state.watch.settings_findings() if state.watch is not None else []
+    if changed:  # a setting flipped here and back in a later call would change the next trial's draw or reference
+        state.poisoned = True
+        raise Verdict(Status.HACK_SUSPECTED, f"{label}: the candidate's forward " + "; ".join(changed))
     actual = own_outputs(actual, label)  # copied before the reference runs and allocates
     rewritten = watch.changed()
     if rewritten:

@@ -4,9 +4,11 @@ kernels)."""
 
 from __future__ import annotations
 
+from kzcore.errors import TimedCheckFailed
 from kzcore.evaluate import gpuwork
 from kzcore.evaluate.stage import EvaluationState, Verdict, candidate_error, is_fatal_device_error
 from kzcore.evaluate.tensors import clone_inputs
+from kzcore.evaluate.timing import guarded_calls
 from kzcore.types import Status
 
 
@@ -20,7 +22,10 @@ def gpu_work(state: EvaluationState, candidate_mod, candidate, inputs, launches=
         args = clone_inputs(inputs)
         before = launches() if launches is not None else None
         try:
-            events = gpuwork.profile_forward(lambda: state.forward(state.language, candidate, args))
+            forward = guarded_calls(state, lambda: state.forward(state.language, candidate, args), "the profiled call")
+            events = gpuwork.profile_forward(forward)
+        except TimedCheckFailed as exc:
+            raise Verdict(Status.HACK_SUSPECTED, str(exc)) from None
         except Exception as exc:  # the forward ran cleanly in every trial: this is the profiler's failure
             state.poisoned = is_fatal_device_error(exc)
             if state.poisoned:

@@ -1,7 +1,8 @@
 """Cheat: ReLU that computes in its correctness trials but, once a timer is on the call stack (a frame named
 like the timer's functions), skips the kernel and hands back the buffer of its last computed output.
-Caught because every timed pair runs on new input contents and timed pairs' outputs are checked (the last
-pair always): the stale buffer holds the previous inputs' answer."""
+Refused by the static check (`traceback`, a way to the evaluator's frames); past it, every timed pair runs on
+new input contents and timed pairs' outputs are checked (the last pair always): the stale buffer holds the
+previous inputs' answer."""
 
 import traceback
 
