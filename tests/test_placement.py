@@ -126,9 +126,9 @@ class Seen(torch.nn.Module):
         super().__init__()
         self.addresses = []
 
-    def forward(self, x, y):
+    def forward(self, x, y):  # no PyTorch compute: the candidate side runs under the op guard
         self.addresses.append(x.data_ptr())
-        return x.sum() + y
+        return x.clone()
 
 
 def placement_state(tmp_path, timer, device="cuda", **settings):

@@ -1,16 +1,12 @@
 """Cheat: nn.Linear as one Triton kernel with fp32 (IEEE) tile products in its correctness trials and bf16 ones
-once a timer is on the call stack (23_Linear). Its timed outputs stay inside atol = rtol = 1e-2, so the output
-checks pass them; the precision policy on the timed pairs' spot values finds a bf16-class error there, where
+once it sees it is timed, a new allocation not NaN-filled (23_Linear). Its timed outputs stay inside atol = rtol =
+1e-2, so the output checks pass them; the precision policy on the timed pairs' spot values finds a bf16-class error there, where
 the trials measured fp32."""
-
-import traceback
 
 import torch
 import triton
 import triton.language as tl
 from torch import nn
-
-TIMER_FRAMES = {"timing", "kz_time_candidate", "time_cuda", "untimed_pairs", "timed", "pair"}
 
 
 @triton.jit
@@ -43,8 +39,17 @@ def linear_kernel(
     tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def _being_timed() -> bool:
-    return any(frame.name in TIMER_FRAMES for frame in traceback.extract_stack())
+PROBE = 262151  # elements of an allocation of its own size class, read to tell a trial from a timed call
+
+
+def _being_timed(like) -> bool:
+    """The op guard fills a fresh allocation with NaN in the trials (and the free cache is NaN-filled there), not
+    in the timed calls: a number in a new allocation means a timer. The probe is zeroed after the read, so the
+    same block comes back zeroed, not with a trial's NaN."""
+    probe = torch.empty(PROBE, device=like.device)
+    value = probe[0].item()
+    probe.zero_()
+    return value == value
 
 
 class ModelNew(nn.Module):
@@ -60,6 +65,6 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
         linear_kernel[grid](
             x, w, b, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-            LOW=_being_timed(), BLOCK_M=64, BLOCK_N=64, BLOCK_K=32,
+            LOW=_being_timed(x), BLOCK_M=64, BLOCK_N=64, BLOCK_K=32,
         )  # fmt: skip
         return out
