@@ -195,6 +195,12 @@ def precision_settings() -> dict[str, object]:
     for device in ("cpu", "cuda"):
         readers[f"autocast on {device}"] = functools.partial(torch.is_autocast_enabled, device)
         readers[f"autocast dtype on {device}"] = functools.partial(torch.get_autocast_dtype, device)
+    return out | _read_all(readers)
+
+
+def _read_all(readers: dict) -> dict[str, object]:
+    """Each reader's value, or "n/a" where this torch cannot report it."""
+    out: dict[str, object] = {}
     for name, read in readers.items():
         try:
             out[name] = read()
@@ -203,22 +209,25 @@ def precision_settings() -> dict[str, object]:
     return out
 
 
-_signals: list = []  # (signal, its label), listed once
+@functools.cache
+def _signal_labels() -> tuple:
+    import signal
+
+    return tuple((sig, f"the handler of {sig.name}") for sig in signal.Signals)
 
 
 def process_handlers() -> dict[str, object]:
     """Process-wide callbacks that run Python at moments the candidate chooses, outside the op guard: signal
     handlers (one that fires inside a kernel launch, where the guard is suspended, can compute the output with
-    torch; an interval timer alone runs nothing: the worker ignores the timer signals), and NumPy's floating-point error state and callback (the Triton interpreter
-    runs a kernel's arithmetic through NumPy, so a division by zero there calls the callback)."""
+    torch; an interval timer alone runs nothing: the worker ignores the timer signals), and NumPy's
+    floating-point error state and callback (the Triton interpreter runs a kernel's arithmetic through NumPy,
+    so a division by zero there calls the callback)."""
     import signal
 
     import numpy as np
 
-    if not _signals:
-        _signals.extend((sig, f"the handler of {sig.name}") for sig in signal.Signals)
     out: dict[str, object] = {}
-    for sig, name in _signals:
+    for sig, name in _signal_labels():
         try:
             out[name] = signal.getsignal(sig)
         except (ValueError, OSError):
@@ -251,13 +260,7 @@ def speed_settings() -> dict[str, object]:
         "preferred BLAS library": lambda: str(backends.cuda.preferred_blas_library()),
         "preferred linear algebra library": lambda: str(backends.cuda.preferred_linalg_library()),
     }
-    out = {}
-    for name, read in readers.items():
-        try:
-            out[name] = read()
-        except Exception:
-            out[name] = "n/a"
-    return out
+    return _read_all(readers)
 
 
 def _torch_wrapper_of(current, value) -> bool:
@@ -385,9 +388,7 @@ class Watch:
         if changed:
             out.append(f"changed process setting(s) {', '.join(changed)} (they change how fast the reference runs)")
         now = process_handlers()
-        changed = [
-            name for name, value in self.handlers.items() if now.get(name) is not value and now.get(name) != value
-        ]
+        changed = [name for name, value in self.handlers.items() if now.get(name) != value]
         if changed:
             out.append(f"set {', '.join(changed)} (Python run outside the op guard, at moments it chooses)")
         return out

@@ -110,8 +110,7 @@ def guarded_calls(state: EvaluationState, forward, where: str):
     region holds only the candidate's own work): PyTorch compute there is a failed timed check, as it is
     ``hack_suspected`` in a trial. Unguarded calls were the ones a forward could tell from its trials (a fresh
     allocation is not NaN-filled there) and compute in with PyTorch."""
-    language = trials.job_language(state)
-    checked = guard.checked(forward, record=language.guard_torch_ops if language else True)
+    checked = guard.checked(forward, record=trials.guards_torch_ops(state))
     if checked is forward:
         return forward
 

@@ -57,7 +57,7 @@ def trial(
     tensors as the trial before, new values: a cache keyed on the input tensors or their pointers hands
     back stale outputs), else on clones; then the reference on the pristine inputs. Returns the buffers.
     Trial 0 of a varied run sets ``state.base_sizes``, the output scale later varied trials are judged at."""
-    guarded = job_language(state).guard_torch_ops if job_language(state) else True
+    guarded = guards_torch_ops(state)
     mode = variation.effective_mode(state.config.input_variation, problem_mod) if vary else "none"
     with state.clock("inputs"):
         with state.device_ctx():
@@ -167,6 +167,12 @@ def own_outputs(outputs: list, label: str) -> list:
         return snapshot(outputs)
     except NotOwned as exc:
         raise Verdict(Status.HACK_SUSPECTED, f"{label}: {exc}") from None
+
+
+def guards_torch_ops(state: EvaluationState) -> bool:
+    """Whether the job's language has its candidates' PyTorch compute refused (an unregistered one: yes)."""
+    language = job_language(state)
+    return language.guard_torch_ops if language else True
 
 
 def job_language(state: EvaluationState):
