@@ -25,6 +25,7 @@ HEADLINES = {
     "faults": ("lost_results",),
     "harness": ("summary.all.evals_per_min",),
     "harness-scaling": ("ratio",),
+    "host_speed": ("static_check_ms",),
     "phase_seconds": ("seconds",),
     "placement-probe": ("summary.kept.cand_cv",),
     "sampling": ("speedup_tokens_per_s",),

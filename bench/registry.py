@@ -53,6 +53,7 @@ BENCHES = (
     Bench("cuda_compile", "cpu", "NVRTC compile latency of the built-in CUDA solutions (--inline: load_inline too)"),
     Bench("faults", "cpu", "fault tolerance: faulty, cheating and good candidates through one worker pool"),
     Bench("harness", "gpu", "evaluator throughput and latency, built-in Triton solutions (--scaling: 1 vs all GPUs)"),
+    Bench("host_speed", "cpu", "how fast this host runs the evaluator's host-side work (beside latency figures)"),
     Bench("interference_probe", "gpu", "does another process's memory or module traffic slow the kernels timed here"),
     Bench("phase_seconds", "cpu", "wall and CPU seconds of each phase of a `kz train` run (the demo's by default)"),
     Bench("placement_probe", "gpu", "does a kernel's speed depend on where its inputs lie in device memory"),

@@ -89,6 +89,7 @@ def report(state: dict, args, partial: bool) -> dict:
         "partial": partial,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
+        "host_speed": state.get("host_speed"),  # bench.host_speed: compare wall times across hosts only with it
         "problems": list(args.problems),
         "samples": args.samples,
         "size": args.size,
@@ -132,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pm = get_plugin_manager()
     problems, candidates = batch(args.problems)
-    state: dict = {"runs": [], "order": order(args.counts, args.rounds)}
+    from bench.host_speed import probe
+
+    state: dict = {"runs": [], "order": order(args.counts, args.rounds), "host_speed": probe(pm=pm)}
     try:
         with sigterm_raises():
             for workers in state["order"]:
