@@ -10,6 +10,7 @@ import types
 import attrs
 import pytest
 
+from kzcore.cli import main
 from kzcore.errors import KzError
 from kzcore.train.ca_grpo import CAGRPOConfig
 from kzcore.train.coder import GRPOSettings
@@ -151,12 +152,16 @@ def test_latest_checkpoint_follows_finished_phases(plugins, tmp_path, tiny):
     assert own.checkpoints.latest("proposer") == str(cold) and own.checkpoints.latest("coder") == str(model)
 
 
-def test_a_proposer_cold_start_needs_the_proposers_own_model(plugins, tmp_path, tiny):
-    pm = plugins("kz_triton", "kz_models")
+def test_a_proposer_cold_start_needs_the_proposers_own_model(tmp_path, tiny, capsys):
     cfg = config(tmp_path, tiny)
-    cfg = attrs.evolve(cfg, proposer=attrs.evolve(cfg.proposer, cold_start_steps=5))
     with pytest.raises(KzError, match="cold_start_steps trains the Proposer's own model"):
-        Trainer(cfg, pm=pm, log=lambda s: None)
+        attrs.evolve(cfg, proposer=attrs.evolve(cfg.proposer, cold_start_steps=5))
+    # read from a file, the dry run refuses it too, in one line naming the file
+    path = tmp_path / "c.toml"
+    path.write_text('[models]\nproposer = "same"\n[proposer]\ncold_start_steps = 4\n')
+    assert main(["train", "--config", str(path), "--dry-run"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(path) in err and "cold_start_steps trains the Proposer's own model" in err
 
 
 def test_the_run_holds_one_executor_the_configured_one(plugins, tmp_path, tiny, monkeypatch, training):

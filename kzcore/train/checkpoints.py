@@ -66,13 +66,8 @@ class Checkpoints:
     @classmethod
     def for_config(cls, config, pm) -> Checkpoints:
         """The run's checkpoints, its base models resolved (`resolve_checkpoint`; one spec in two roles is
-        loaded once). A Proposer cold start needs a Proposer model of its own."""
+        loaded once). A Proposer cold start has a Proposer model of its own (`TrainConfig` refuses one without)."""
         base = resolve_checkpoint(config.models.coder, pm)
-        if config.proposer.cold_start_steps and config.models.proposer == "same":
-            raise KzError(
-                "[proposer] cold_start_steps trains the Proposer's own model: set [models] proposer (e.g. to the "
-                'coder\'s spec) instead of "same", or cold_start_steps = 0'
-            )
         same = config.models.proposer in ("same", config.models.coder)
         proposer_base = base if same else resolve_checkpoint(config.models.proposer, pm)
         shared = config.models.proposer == "same"

@@ -265,6 +265,13 @@ class TrainConfig:
     eval: EvalConfig = EvalConfig()
     heldout: HeldoutSection = HeldoutSection()
 
+    def __attrs_post_init__(self) -> None:  # what spans sections: checked when the config is read, before a dry run
+        if self.proposer.cold_start_steps and self.models.proposer == "same":
+            raise ConfigError(
+                "[proposer] cold_start_steps trains the Proposer's own model: set [models] proposer (e.g. to the "
+                'coder\'s spec) instead of "same", or cold_start_steps = 0'
+            )
+
 
 def _build(cls, data: dict, where: str):
     fields = {f.name: f for f in attrs.fields(cls)}
