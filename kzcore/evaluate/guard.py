@@ -208,30 +208,7 @@ def recorder(record: bool = True, fill: bool = True):
 
 
 def describe(forbidden: list[str], most: int = 8) -> str:
-    """A recorder's ``forbidden`` list, worded for a verdict (``aten.`` before a bare op name)."""
-    return ", ".join(op if "." in op or "::" in op else f"aten.{op}" for op in forbidden[:most])
-
-
-class ComputeOutsideKernels(Exception):
-    """A forward that ran PyTorch compute outside its kernels where it was called under `checked`."""
-
-
-def checked(fn, record: bool = True):
-    """``fn`` wrapped so that each call runs under a fresh recorder that fills nothing (a timed call, a profiled
-    one) and raises `ComputeOutsideKernels` after a call that computed outside its kernels: the same guard as
-    the trials', so nothing the candidate can observe lets it compute with PyTorch only where it is unguarded."""
-    if not record:
-        return fn
-
-    def call(*args):
-        mode = recorder(record=True, fill=False)
-        with mode:
-            out = fn(*args)
-        if mode.forbidden:
-            raise ComputeOutsideKernels(
-                "ran PyTorch compute operators outside its kernels, or took tensor data to Python: "
-                + describe(mode.forbidden)
-            )
-        return out
-
-    return call
+    """A recorder's ``forbidden`` list as a verdict's words, after the subject (``aten.`` before a bare op name):
+    what trials and timed calls alike say of a forward that computed outside its kernels."""
+    ops = ", ".join(op if "." in op or "::" in op else f"aten.{op}" for op in forbidden[:most])
+    return f"ran PyTorch compute operators outside its kernels, or took tensor data to Python: {ops}"

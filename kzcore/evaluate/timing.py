@@ -106,19 +106,20 @@ def watch_problem(state: EvaluationState, where: str) -> None:
 
 
 def guarded_calls(state: EvaluationState, forward, where: str):
-    """``forward`` with every call under the trials' op guard (`guard.checked`: nothing filled, so the timed
-    region holds only the candidate's own work): PyTorch compute there is a failed timed check, as it is
-    ``hack_suspected`` in a trial. Unguarded calls were the ones a forward could tell from its trials (a fresh
-    allocation is not NaN-filled there) and compute in with PyTorch."""
-    checked = guard.checked(forward, record=trials.guards_torch_ops(state))
-    if checked is forward:
+    """``forward`` with every call under the trials' op guard, filling nothing (so the timed region holds only
+    the candidate's own work): PyTorch compute there is a failed timed check, as it is ``hack_suspected`` in a
+    trial. Unguarded calls were the ones a forward could tell from its trials (a fresh allocation is not
+    NaN-filled there) and compute in with PyTorch."""
+    if not trials.guards_torch_ops(state):
         return forward
 
     def call(*args):
-        try:
-            return checked(*args)
-        except guard.ComputeOutsideKernels as exc:
-            raise TimedCheckFailed(f"{where} of the candidate {exc}") from None
+        mode = guard.recorder(record=True, fill=False)
+        with mode:
+            out = forward(*args)
+        if mode.forbidden:
+            raise TimedCheckFailed(f"{where} of the candidate {guard.describe(mode.forbidden)}")
+        return out
 
     return call
 

@@ -89,8 +89,7 @@ def trial(
     if recorder.forbidden:
         raise Verdict(
             Status.HACK_SUSPECTED,
-            "forward ran PyTorch compute operators outside its kernels, or took tensor data to Python: "
-            + guard.describe(recorder.forbidden),
+            "forward " + guard.describe(recorder.forbidden),
         )
     changed = state.watch.settings_findings() if state.watch is not None else []
     if changed:  # a setting flipped here and back in a later call would change the next trial's draw or reference
