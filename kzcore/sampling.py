@@ -35,16 +35,21 @@ def sample_candidates(
     pm=None,
 ) -> list[Candidate]:
     """``params.n`` candidates per problem. Problems whose samples are already in ``out`` are not asked
-    again; new rows are appended and flushed after each batch of ``batch_size`` prompts. A file this call
+    again; the others are asked ``batch_size`` prompts a call, shortest prompts first, and their rows are
+    appended and flushed after each call. A file this call
     created is removed again when it ends empty (interrupted before the first batch came back)."""
     existed = out.exists()
     try:
         with open_for_append(out) as f:  # a torn last line is cut (and reported) before anything reads it
             done = {(r["level"], r["problem"]) for r in read_completions(out) if r.get("language") == language}
-            todo = [p for p in problems if (p.level, p.name) not in done]
+            todo = [(p, build_prompt(p, language, template, pm=pm)) for p in problems if (p.level, p.name) not in done]
+            # prompts of similar length decode together: a batch is padded to its longest prompt and decodes until
+            # its longest row ends, so mixing KernelBench's short level-1 prompts with long level-2 ones in one
+            # call makes every row pay for the longest
+            todo.sort(key=lambda item: sum(len(m.get("content", "")) for m in item[1]))
             for start in range(0, len(todo), batch_size):
-                batch = todo[start : start + batch_size]
-                prompts = [build_prompt(p, language, template, pm=pm) for p in batch]
+                batch = [p for p, _ in todo[start : start + batch_size]]
+                prompts = [chat for _, chat in todo[start : start + batch_size]]
                 for problem, chat, completions in zip(batch, prompts, policy.generate(prompts, params)):
                     for c in completions:
                         row = {

@@ -30,6 +30,25 @@ def test_sample_candidates_streams_and_resumes(plugins, tmp_path):
     assert len(again) == 6
 
 
+def test_prompts_of_similar_length_are_asked_together(plugins, tmp_path):
+    """A call decodes until its longest row ends, padded to its longest prompt: the problems are asked shortest
+    prompt first, so one long level-2 prompt does not make a call of short level-1 ones pay for it."""
+    pm = plugins("kz_triton", "tests.fakes_policy")
+    problems = load_problems("builtin:2")[:3] + load_problems("builtin:1")[:3]  # long prompts listed first
+    calls: list[list[int]] = []
+
+    class Lengths(fakes_policy.ScriptedPolicy):
+        def generate(self, prompts, params):
+            calls.append([sum(len(m["content"]) for m in chat) for chat in prompts])
+            return super().generate(prompts, params)
+
+    out = tmp_path / "c.jsonl"
+    cands = sample_candidates(Lengths(), problems, "triton", SamplingParams(n=1), out, batch_size=2, pm=pm)
+    assert len(calls) == 3 and len(cands) == 6
+    assert all(max(a) <= min(b) for a, b in zip(calls, calls[1:])), calls
+    assert {r["problem"] for r in read_completions(out)} == {p.name for p in problems}
+
+
 def test_prompt_carries_problem_source_and_language_rules(plugins):
     from kzcore.prompts import build_prompt
 
