@@ -2,8 +2,14 @@
 appended. Writers flush whole lines, so the only damage an interrupted run leaves is a torn last line:
 readers skip it, appenders cut it off first, and both say so instead of dropping it silently.
 
+Records kept for the long run (committed experiments) may be stored gzipped: a reader asked for ``X.jsonl``
+reads ``X.jsonl.gz`` when only that exists (`stored`), and `stored_glob` finds both. Appenders write plain
+files only: a gzipped file is a finished record.
+
 API:
   read_jsonl(path, *, on_skip=None) -> list[dict]   every JSON-object line, in order
+  stored(path) -> Path                              path, or path + ".gz" when only that exists
+  stored_glob(folder, pattern) -> list[Path]        the files matching pattern, plain or gzipped, each once
   read_jsonl_numbered(path, reject) -> [(line, row)] the same with line numbers; a bad line raises reject(...)
   repair_tail(path, *, on_skip=None) -> bool        make the file end on a whole line before appending
   open_for_append(path, *, on_skip=None) -> file    repair_tail, then a text file opened to append
@@ -17,6 +23,7 @@ message goes to the ``kzcore.jsonl`` logger as a warning (`kz` prints those on s
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import os
@@ -45,10 +52,31 @@ def _object(line: str) -> dict | None:
     return row if isinstance(row, dict) else None
 
 
+def stored(path: Path | str) -> Path:
+    """``path``, or ``path`` with ".gz" added when only that exists (a record committed gzipped)."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.exists() and packed.exists() else path
+
+
+def stored_glob(folder: Path | str, pattern: str) -> list[Path]:
+    """The files in ``folder`` matching ``pattern`` or ``pattern`` + ".gz", sorted by their plain name, each
+    once (the plain file when both exist); read each with `read_jsonl`."""
+    found: dict[str, Path] = {}
+    for path in Path(folder).glob(pattern + ".gz"):
+        found[path.name[: -len(".gz")]] = path
+    for path in Path(folder).glob(pattern):
+        found[path.name] = path
+    return [found[name] for name in sorted(found)]
+
+
 def _scan(path: Path) -> list[tuple[int, str, dict | None, bool]]:
-    """(line number, text, the JSON object or None, torn) for every non-blank line of ``path``; torn: the last
-    line, without its newline, and not a JSON object (a write cut short)."""
-    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    """(line number, text, the JSON object or None, torn) for every non-blank line of ``path`` (gunzipped when
+    its name ends in .gz); torn: the last line, without its newline, and not a JSON object (a write cut short)."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    lines = data.decode("utf-8", errors="replace").split("\n")
     out = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
@@ -66,8 +94,8 @@ def read_jsonl(path: Path | str, *, on_skip: OnSkip | None = None) -> list[dict]
 
     Blank lines are ignored. A last line without its newline that does not parse is a torn write and is
     skipped; any other line that is not a JSON object is skipped too. Each skip is reported with its
-    file and line number through ``on_skip``."""
-    path = Path(path)
+    file and line number through ``on_skip``. ``path`` may be gzipped (`stored`)."""
+    path = stored(path)
     if not path.exists():
         return []
     rows = []
@@ -132,8 +160,12 @@ def repair_tail(path: Path | str, *, on_skip: OnSkip | None = None) -> bool:
 
 
 def open_for_append(path: Path | str, *, on_skip: OnSkip | None = None) -> IO[str]:
-    """``repair_tail(path)``, then ``path`` opened to append text (parent directories created)."""
+    """``repair_tail(path)``, then ``path`` opened to append text (parent directories created). A ``path``
+    stored gzipped (`stored`) is a finished record: appending beside it would hide it from readers, so it is
+    refused."""
     path = Path(path)
+    if stored(path) != path:
+        raise ValueError(f"{path}: only {path.name}.gz exists, a finished record; unpack it to append to it")
     path.parent.mkdir(parents=True, exist_ok=True)
     repair_tail(path, on_skip=on_skip)
     return path.open("a")

@@ -7,6 +7,8 @@ import json
 import logging
 from pathlib import Path
 
+import pytest
+
 from kzcore.jsonl import append_jsonl, read_jsonl, repair_tail
 from kzcore.policy import Completion, SamplingParams
 from kzcore.problems import load_problems
@@ -125,3 +127,27 @@ def test_sampling_resumes_onto_a_torn_completions_file(tmp_path, plugins):
     assert sorted(c.problem for c in cands) == ["1_ReLU", "3_Sigmoid"]
     assert [r["problem"] for r in lines_of(out)] == ["1_ReLU", "3_Sigmoid"]
     assert len(read_completions(out)) == 2
+
+
+def test_a_record_stored_gzipped_reads_as_the_plain_file(tmp_path):
+    """Committed experiment records may be gzipped to keep the tree small: readers asked for X.jsonl read
+    X.jsonl.gz when only that exists, globbing finds each record once, and appending beside it is refused
+    (the appended plain file would hide the record)."""
+    import gzip
+
+    from kzcore.jsonl import stored, stored_glob
+
+    rows = [{"type": "x", "i": i} for i in range(3)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "results-cuda.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "results-triton.jsonl").write_text(text)
+    (tmp_path / "results-both.jsonl").write_text(text)
+    (tmp_path / "results-both.jsonl.gz").write_bytes(gzip.compress(b'{"type": "old"}\n'))
+    assert read_jsonl(tmp_path / "results-cuda.jsonl") == rows
+    assert read_jsonl(tmp_path / "results-cuda.jsonl.gz") == rows
+    assert stored(tmp_path / "results-both.jsonl") == tmp_path / "results-both.jsonl"  # the plain one wins
+    names = [p.name for p in stored_glob(tmp_path, "results-*.jsonl")]
+    assert names == ["results-both.jsonl", "results-cuda.jsonl.gz", "results-triton.jsonl"]
+    with pytest.raises(ValueError, match="finished record"):
+        append_jsonl(tmp_path / "results-cuda.jsonl", [{"i": 9}])
+    assert not (tmp_path / "results-cuda.jsonl").exists()

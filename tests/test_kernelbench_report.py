@@ -69,6 +69,27 @@ def test_rows_and_paired_differences(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+def test_records_committed_gzipped_give_the_same_report(tmp_path):
+    """Runs' records are committed with their JSONL gzipped (a KernelBench evaluation's completions and verdicts
+    are megabytes, and every GPU call carries the tracked tree): the report reads them the same."""
+    import gzip
+
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 2, "2_B": 4}
+    for name in ("plain", "packed"):
+        write_run(tmp_path / name / "grpo", {"1_A": 4, "3_C": 2}, sft)
+    for path in (tmp_path / "packed").rglob("*.jsonl"):
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    reports = []
+    for name in ("plain", "packed"):
+        out = tmp_path / f"report-{name}" / "kb"
+        assert main([f"ca-grpo-s0={tmp_path / name / 'grpo'}", "--out", str(out)]) == 0
+        reports.append(json.loads(out.with_suffix(".json").read_text())["rows"])
+    assert reports[0] == reports[1] and {r["language"] for r in reports[1]} == {"cuda"}
+
+
 def test_a_run_without_held_out_records_is_refused(tmp_path, capsys):
     from experiments.kernelbench.report import main
 

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.kernelbench import selfplay  # noqa: E402
-from kzcore.jsonl import read_jsonl  # noqa: E402
+from kzcore.jsonl import read_jsonl, stored_glob  # noqa: E402
 from kzcore.metrics import is_faster, pass_at_k  # noqa: E402
 from kzcore.results import read_results  # noqa: E402
 
@@ -110,8 +110,8 @@ def model_rows(name: str, run: Path, n: int) -> tuple[list[dict], dict]:
     kept, clean = problem_sets(run)
     rows, tables = [], {}
     for phase in scored_phases(run):
-        for path in sorted((run / "heldout" / phase).glob("results-*.jsonl")):
-            language = path.stem.removeprefix("results-")
+        for path in stored_glob(run / "heldout" / phase, "results-*.jsonl"):
+            language = path.name.split(".")[0].removeprefix("results-")  # results-cuda.jsonl(.gz)
             table = per_problem(read_results(path), kept, n)
             tables[(phase, language)] = table
             for level in sorted({lvl for lvl, _ in kept}) + ["all"]:
