@@ -36,8 +36,8 @@ def sample_candidates(
 ) -> list[Candidate]:
     """``params.n`` candidates per problem. Problems whose samples are already in ``out`` are not asked
     again; the others are asked ``batch_size`` prompts a call, shortest prompts first, and their rows are
-    appended and flushed after each call. A file this call
-    created is removed again when it ends empty (interrupted before the first batch came back)."""
+    appended and flushed after each call. A file this call created is removed again when it ends empty
+    (interrupted before the first batch came back)."""
     existed = out.exists()
     try:
         with open_for_append(out) as f:  # a torn last line is cut (and reported) before anything reads it
