@@ -165,3 +165,57 @@ def test_a_check_that_ran_out_of_memory_beside_others_is_checked_again_alone():
     assert [r.problem for r in reports] == ["small", "big", "other"]
     assert all(r.ok for r in reports), [r.reason for r in reports]
     assert pool.batches == [["small", "big", "other"], ["big"]]
+
+
+def test_kz_eval_checks_again_alone_what_its_neighbours_crowded_out(tmp_path, monkeypatch):
+    """`checked_problems` (kz eval, the trainer's held-out) takes its budget from the memory free at the time, so
+    a check that ran out of memory, or whose reference was over that budget, while other checks shared the
+    device is checked again alone; the lone run's report is the one kept (and cached)."""
+    from kzcore.evaluate.problem_check import checked_problems, failed_report
+    from kzcore.types import ProblemReport
+
+    class SharedDevice:
+        def __init__(self):
+            self.batches = []
+
+        def map(self, jobs):
+            self.batches.append([j.problem.name for j in jobs])
+            for job in jobs:
+                if len(jobs) > 1 and job.problem.name == "oom":
+                    yield failed_report(
+                        job, "does not run: OutOfMemoryError: CUDA out of memory. Tried to allocate 6 GiB"
+                    )
+                elif len(jobs) > 1 and job.problem.name == "wide":
+                    yield failed_report(job, "needs 16.03 GiB, over the 9.50 GiB memory budget")
+                else:
+                    yield ProblemReport(problem=job.problem.name, level=1, ok_runs=True, deterministic=True,
+                                        finite=True, degenerate=False)  # fmt: skip
+
+    monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
+    problems = [Problem(name=n, source=CASES["good"][0] + f"# {n}\n", level=1) for n in ("small", "oom", "wide")]
+    pool = SharedDevice()
+    reports = checked_problems(problems, EvalConfig(device="cpu"), pool, "cpu")
+    assert pool.batches == [["small", "oom", "wide"], ["oom"], ["wide"]]
+    assert all(reports[p.key].ok for p in problems), [r.reason for r in reports.values()]
+    checked_problems(problems, EvalConfig(device="cpu"), pool, "cpu")
+    assert len(pool.batches) == 3  # every verdict, the lone runs' included, came from the cache
+
+
+def test_a_reference_over_a_fixed_budget_is_not_checked_again():
+    """The Proposer's gate gives each module a fixed budget: over it is the module's own verdict, whoever shared
+    the device."""
+    from kzcore.evaluate.problem_check import failed_report
+
+    class SharedDevice:
+        def __init__(self):
+            self.batches = []
+
+        def map(self, jobs):
+            self.batches.append([j.problem.name for j in jobs])
+            for job in jobs:
+                yield failed_report(job, "needs 20.00 GiB, over the 16.00 GiB memory budget")
+
+    problems = [Problem(name=n, source=CASES["good"][0], level=1) for n in ("a", "b")]
+    pool = SharedDevice()
+    reports = check_problems(problems, EvalConfig(device="cpu"), pool=pool)
+    assert pool.batches == [["a", "b"]] and all("memory budget" in r.reason for r in reports)

@@ -177,7 +177,7 @@ def check_problem_job(job: ProblemCheckJob, workdir: Path, device: str, pm=None)
         # what the run needed: the CUDA allocator's peak, or (CPU) the bytes of its tensors
         peak = torch.cuda.max_memory_allocated() if device == "cuda" else tensor_bytes
         if peak > budget:
-            raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {budget / 2**30:.2f} GiB memory budget")
+            raise _Failed(f"needs {peak / 2**30:.2f} GiB, over the {budget / 2**30:.2f} GiB {OVER_BUDGET}")
         fields["ok_runs"] = True
         if changed:  # it runs, so `kz eval` flags it (runner.flagged_problems) and leaves its results out of the scores
             raise _Failed(
@@ -252,14 +252,26 @@ def ran_out_of_memory(report: ProblemReport) -> bool:
     return "outofmemoryerror" in report.reason.lower() or "out of memory" in report.reason.lower()
 
 
+OVER_BUDGET = "memory budget"  # in the reason of a reference that needed more than its budget
+
+
+def crowded_out(job: ProblemCheckJob, report: ProblemReport) -> bool:
+    """Whether what other jobs on the device held may have decided this report: the check ran out of device
+    memory, or its reference was over a budget taken from the memory free at the time (`DEVICE_BUDGET`)."""
+    return ran_out_of_memory(report) or (job.max_bytes == DEVICE_BUDGET and OVER_BUDGET in report.reason)
+
+
 def _check_all(pool, jobs: list[ProblemCheckJob], on_report=None) -> dict[str, ProblemReport]:
-    """Every job through ``pool``; a problem whose check ran out of device memory while other checks shared the
-    device (each within its own budget, together over the card) is checked again alone, one at a time, so the
-    report says what the problem needs, not what its neighbours took. ``on_report`` sees each final report."""
+    """Every job through ``pool``; a problem whose check was crowded out by the checks that shared the device
+    (`crowded_out`: each within its own budget, together over the card) is checked again alone, one at a time,
+    so the report says what the problem needs, not what its neighbours took. ``on_report`` sees each final
+    report."""
     by_key, again = {}, []
+    jobs_by_key = {j.problem.key: j for j in jobs}
     for report in pool.map(jobs):
         by_key[report.key] = report
-        if len(jobs) > 1 and ran_out_of_memory(report):
+        job = jobs_by_key.get(report.key)
+        if len(jobs) > 1 and job is not None and crowded_out(job, report):
             again.append(report.key)
         elif on_report is not None:
             on_report(report)
@@ -309,7 +321,7 @@ def checked_problems(problems: list[Problem], config: EvalConfig, pool, device: 
             todo.append(p)
     if todo:
         jobs = [ProblemCheckJob(problem=p, config=config, max_bytes=DEVICE_BUDGET) for p in todo]
-        fresh = {r.key: r for r in pool.map(jobs)}
+        fresh = _check_all(pool, jobs)  # a check crowded out by its neighbours is checked again alone
         for p in todo:
             report = fresh.get(p.key) or failed_report(ProblemCheckJob(p, config), "no report came back")
             reports[p.key] = report
