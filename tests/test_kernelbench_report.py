@@ -57,7 +57,7 @@ def test_rows_and_paired_differences(tmp_path):
     assert 0.5 <= low <= row["pass@1"]["mean"] <= high <= 1.0
     assert final[("ca-grpo-s0", "02-coder", 2)]["pass@1"]["mean"] == pytest.approx(0.5)  # 3_C alone on level 2
     assert ("ca-grpo-s0", "01-coder", "all") not in final  # only scored phases
-    diffs = {(c["arm"], c["vs"]): c for c in report["comparisons"] if "seed" in c}
+    diffs = {(c["arm"], c["vs"]): c for c in report["comparisons"] if "seed" in c and c["metric"] == "pass@1"}
     assert diffs[("ca-grpo", "SFT")]["mean"] == pytest.approx((0.5 + 0 + 0.5) / 3)
     assert diffs[("ca-grpo", "sft")]["mean"] == pytest.approx((0.5 + 0 + 0.5) / 3)
     assert diffs[("sft", "SFT")]["mean"] == pytest.approx(0.0)
@@ -140,3 +140,72 @@ def test_self_play_rounds_and_targets(tmp_path):
     falling = [dict(rows[0], acceptance=0.6), dict(rows[1], acceptance=0.4)]
     assert selfplay.targets(falling)["acceptance"] is False  # above 30 % but falling
     assert selfplay.targets([]) == {"acceptance": None, "frontier_share": None, "proposer_task_share": None}
+
+
+def test_how_far_the_samples_got(tmp_path):
+    """Beside pass@k, the share of samples that parsed, compiled and ran, per problem then averaged (where every
+    arm scores 0, these still tell the arms apart), and their paired difference from the SFT model."""
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 0}
+    write_run(tmp_path / "grpo", {}, sft)
+    ladders = {  # per problem: the statuses of its 4 samples, at the final phase
+        "1_A": ["format_error", "compile_error", "runtime_error", "incorrect"],
+        "2_B": ["static_check_failed", "timeout", "hack_suspected", "correct"],
+        "3_C": ["format_error"] * 4,
+    }
+    writer = ResultsWriter(tmp_path / "grpo" / "heldout" / "02-coder" / "results-cuda.jsonl")
+    for name, statuses in ladders.items():
+        for s, status in enumerate(statuses):
+            writer.write(EvalResult(problem=name, language="cuda", level=2 if name == "3_C" else 1, sample=s,
+                                    status=Status(status)))  # fmt: skip
+    writer.close()
+    out = tmp_path / "report" / "kb"
+    assert main([f"ca-grpo-s0={tmp_path / 'grpo'}", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    row = {(r["phase"], r["level"]): r for r in report["rows"]}[("02-coder", "all")]
+    # 1_A: 3, 2, 1 of 4 parsed, compiled, ran; 2_B: 4, 3, 2; 3_C: none
+    assert row["parsed"]["mean"] == pytest.approx((0.75 + 1.0 + 0) / 3)
+    assert row["compiled"]["mean"] == pytest.approx((0.5 + 0.75 + 0) / 3)
+    assert row["ran"]["mean"] == pytest.approx((0.25 + 0.5 + 0) / 3)
+    assert row["pass@1"]["mean"] == pytest.approx(0.25 / 3)
+    compiled = [c for c in report["comparisons"] if "seed" in c and c["metric"] == "compiled"]
+    # the SFT model's samples are all `incorrect`: every one compiled
+    assert [(c["vs"], round(c["mean"], 6)) for c in compiled] == [("SFT", round(1.25 / 3 - 1, 6))]
+    assert "## How far the samples got" in out.with_suffix(".md").read_text()
+
+
+def test_records_stored_from_an_archive_leave_out_what_a_fork_shares(tmp_path):
+    """experiments/kernelbench/records.py stores a GPU session's archive: a fork's files that are its origin's
+    byte for byte are left out, large JSONL is gzipped, and the report reads the stored runs as it reads the
+    runs themselves."""
+    import tarfile
+
+    from experiments.kernelbench import records
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 2, "2_B": 4}
+    tree = tmp_path / "tree"
+    write_run(tree / "runs" / "kb-seed0", {"1_A": 4, "3_C": 2}, sft)
+    write_run(tree / "runs" / "kb-seed0-sft", {"1_A": 3}, sft)
+    (tree / "runs" / "kb-seed0-sft" / "state.json").write_text(json.dumps({"forked_from": "runs/kb-seed0"}))
+    big = tree / "runs" / "kb-seed0" / "heldout" / "00-sft" / "completions-cuda.jsonl"
+    big.write_text("".join(json.dumps({"completion": "x" * 100, "i": i}) + "\n" for i in range(500)))
+    archive = tmp_path / "learn.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tree / "runs", arcname="runs")
+    dest = tmp_path / "results" / "2026-01-01-gpu"
+    assert records.main([str(archive), str(dest)]) == 0
+    fork, main_run = dest / "runs" / "kb-seed0-sft", dest / "runs" / "kb-seed0"
+    assert not (fork / "heldout-problems.json").exists() and not (fork / "heldout" / "00-sft").exists()
+    assert (fork / "heldout" / "02-coder" / "results-cuda.jsonl").exists()  # its own
+    assert (main_run / "heldout" / "00-sft" / "completions-cuda.jsonl.gz").exists() and not big.with_name("x").exists()
+    assert records.located(fork, "heldout/00-sft/completions-cuda.jsonl").name == "completions-cuda.jsonl.gz"
+    reports = []
+    for runs in (tree / "runs", dest / "runs"):
+        out = tmp_path / f"report-{runs.parent.name}" / "kb"
+        assert main([f"ca-grpo-s0={runs / 'kb-seed0'}", f"sft-s0={runs / 'kb-seed0-sft'}", "--out", str(out)]) == 0
+        report = json.loads(out.with_suffix(".json").read_text())
+        reports.append((report["rows"], report["comparisons"]))
+    assert reports[0] == reports[1]
+    assert records.main([str(tmp_path / "missing.tar.gz"), str(dest)]) == 1

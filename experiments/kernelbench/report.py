@@ -30,11 +30,22 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.kernelbench import selfplay  # noqa: E402
-from kzcore.jsonl import read_jsonl, stored_glob  # noqa: E402
+from experiments.kernelbench.records import located, located_glob  # noqa: E402
+from kzcore.jsonl import read_jsonl  # noqa: E402
 from kzcore.metrics import is_faster, pass_at_k  # noqa: E402
 from kzcore.results import read_results  # noqa: E402
+from kzcore.types import Status  # noqa: E402
 
 RESAMPLES = 2000
+# How far a sample got, each stage a share of the samples that reached at least it: a code block defining the
+# module (not format_error), past the static check and the compiler, and run to an output that was compared
+# (incorrect, hack_suspected or correct). Where pass@k is 0 for every arm, these still tell the arms apart.
+_RAN = {Status.INCORRECT, Status.HACK_SUSPECTED, Status.CORRECT}
+LADDER = {
+    "parsed": {*_RAN, Status.STATIC_CHECK_FAILED, Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT},
+    "compiled": {*_RAN, Status.RUNTIME_ERROR, Status.TIMEOUT},
+    "ran": _RAN,
+}
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # df -> t
 
 
@@ -47,15 +58,15 @@ def parse_label(label: str) -> tuple[int, str]:
 
 def scored_phases(run: Path) -> list[str]:
     """The phases of ``run`` whose held-out rows scored the held-out problems, in order."""
-    rows = read_jsonl(run / "heldout.jsonl")
+    rows = read_jsonl(located(run, "heldout.jsonl"))
     return [r["phase"] for r in rows if any(k.startswith("heldout_") and k.endswith("_statuses") for k in r)]
 
 
 def problem_sets(run: Path) -> tuple[set, set | None]:
     """(kept, clean): the (level, name) keys the problem check kept and, when decontamination ran, the clean ones."""
-    record = json.loads((run / "heldout-problems.json").read_text())
+    record = json.loads(located(run, "heldout-problems.json").read_text())
     kept = {parse_label(p) for p in record["problems"] if p not in record["flagged"]}
-    path = run / "decontamination.json"
+    path = located(run, "decontamination.json")
     clean = {parse_label(p) for p in json.loads(path.read_text())["clean"]} & kept if path.exists() else None
     return kept, clean
 
@@ -77,6 +88,8 @@ def per_problem(results, problems: set, n: int) -> dict[tuple[int, str], dict]:
             f"pass@{n}": pass_at_k(m, c, n) if m >= n else (1.0 if c else 0.0),
             "fast_1": f / m if m else 0.0,
         }
+        for stage, reached in LADDER.items():
+            out[key][stage] = sum(r.status in reached for r in rs) / m if m else 0.0
     return out
 
 
@@ -110,14 +123,14 @@ def model_rows(name: str, run: Path, n: int) -> tuple[list[dict], dict]:
     kept, clean = problem_sets(run)
     rows, tables = [], {}
     for phase in scored_phases(run):
-        for path in stored_glob(run / "heldout" / phase, "results-*.jsonl"):
+        for path in located_glob(run, f"heldout/{phase}", "results-*.jsonl"):
             language = path.name.split(".")[0].removeprefix("results-")  # results-cuda.jsonl(.gz)
             table = per_problem(read_results(path), kept, n)
             tables[(phase, language)] = table
             for level in sorted({lvl for lvl, _ in kept}) + ["all"]:
                 chosen = {k for k in kept if level == "all" or k[0] == level}
                 row = {"model": name, "arm": arm, "seed": seed, "phase": phase, "language": language, "level": level}
-                for metric in ("pass@1", f"pass@{n}", "fast_1"):
+                for metric in ("pass@1", f"pass@{n}", "fast_1", *LADDER):
                     row[metric] = score(table, chosen, metric)
                 if clean is not None:
                     row["clean_pass@1"] = score(table, chosen & clean, "pass@1")
@@ -133,9 +146,12 @@ def paired(a: dict, b: dict, metric: str = "pass@1") -> dict:
     return {"mean": statistics.fmean(diffs) if diffs else None, "ci95": [low, high], "problems": len(keys)}
 
 
+COMPARED = ("pass@1", "compiled")  # the paired differences: the benchmark's metric, and how far samples got
+
+
 def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
-    """Per seed and language: each arm's final model against its SFT model and against each other arm's final
-    model (paired by problem); across seeds, the mean difference with a t interval."""
+    """Per seed, language and metric (`COMPARED`): each arm's final model against its SFT model and against each
+    other arm's final model (paired by problem); across seeds, the mean difference with a t interval."""
     by_seed: dict[str, dict[str, dict]] = {}
     for name, (_, tables) in models.items():
         arm, _, seed = name.rpartition("-s")
@@ -153,14 +169,16 @@ def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
                 for name, base in against.items():
                     if base is None or (name == "SFT" and final == "00-sft"):
                         continue
-                    d = paired(table, base)
-                    out.append({"seed": seed, "language": language, "arm": arm, "vs": name, **d})
-                    pooled.setdefault((language, arm, name), []).append(d["mean"])
+                    for metric in COMPARED:
+                        d = paired(table, base, metric)
+                        out.append({"seed": seed, "language": language, "arm": arm, "vs": name, "metric": metric, **d})
+                        pooled.setdefault((metric, language, arm, name), []).append(d["mean"])
     summary = []
-    for (language, arm, name), means in sorted(pooled.items()):
+    for (metric, language, arm, name), means in sorted(pooled.items()):
         t = t_interval(means)
-        summary.append({"language": language, "arm": arm, "vs": name, "seeds": len(means), "per_seed": means,
-                        "mean": t[0] if t else means[0], "t95": [t[1], t[2]] if t else None})  # fmt: skip
+        summary.append({"language": language, "arm": arm, "vs": name, "metric": metric, "seeds": len(means),
+                        "per_seed": means, "mean": t[0] if t else means[0],
+                        "t95": [t[1], t[2]] if t else None})  # fmt: skip
     return out + [{"across_seeds": s} for s in summary]
 
 
@@ -178,15 +196,25 @@ def markdown(rows: list[dict], compared: list[dict], n: int) -> str:
             f"| {r['model']} | {r['phase']} | {r['level']} | {r['language']} | {r['pass@1']['problems']} | "
             f"{fmt(r['pass@1'])} | {fmt(r[f'pass@{n}'])} | {fmt(r['fast_1'])} | {fmt(r.get('clean_pass@1'))} |"
         )
-    lines += ["", "## Differences in pass@1 (paired by problem)", "", "| seed | language | arm | vs | mean [95% CI] |",
-              "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines += ["", "## How far the samples got", "",
+              "Share of samples that reached at least each stage: a code block defining the module (parsed), past "
+              "the static check and the compiler (compiled), run to an output that was compared (ran), correct.",
+              "", "| model | phase | level | language | parsed | compiled | ran | correct |",
+              "|" + " --- |" * 8]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['phase']} | {r['level']} | {r['language']} | {fmt(r.get('parsed'))} | "
+            f"{fmt(r.get('compiled'))} | {fmt(r.get('ran'))} | {fmt(r['pass@1'])} |"
+        )
+    lines += ["", "## Differences (paired by problem)", "", "| metric | seed | language | arm | vs | mean [95% CI] |",
+              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for c in compared:
         if "across_seeds" in c:
             s = c["across_seeds"]
             ci = f"[{s['t95'][0]:.3f}, {s['t95'][1]:.3f}] (t, {s['seeds']} seeds)" if s["t95"] else "(one seed)"
-            lines.append(f"| all | {s['language']} | {s['arm']} | {s['vs']} | {s['mean']:.3f} {ci} |")
+            lines.append(f"| {s['metric']} | all | {s['language']} | {s['arm']} | {s['vs']} | {s['mean']:.3f} {ci} |")
         else:
-            lines.append(f"| {c['seed']} | {c['language']} | {c['arm']} | {c['vs']} | {fmt(c)} |")
+            lines.append(f"| {c['metric']} | {c['seed']} | {c['language']} | {c['arm']} | {c['vs']} | {fmt(c)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or "-s" not in name:
             parser.error(f"{spec!r}: expected ARM-sSEED=RUN_DIR")
         run = Path(path)
-        if not (run / "heldout-problems.json").exists():
+        if not located(run, "heldout-problems.json").exists():
             parser.error(f"{run}: no heldout-problems.json (not a run with held-out scoring)")
         model_rows_, tables = model_rows(name, run, args.n)
         models[name] = (run, tables)

@@ -22,10 +22,12 @@ def first_rate(record) -> float | None:
 
 def rounds(run: Path) -> list[dict]:
     """One row per round that proposed anything: the Proposer's figures and the Coder's share of its tasks."""
+    from experiments.kernelbench.records import located
     from kzcore.proposer.pool import read_pool
     from kzcore.train.schedule import read_state
 
-    pool = read_pool(run / "pool.jsonl") if (run / "pool.jsonl").exists() else []
+    path = located(run, "pool.jsonl")  # gzipped when committed, or the origin's where a fork's was the same
+    pool = read_pool(path) if path.exists() else []
     metrics = read_state(run).get("metrics", {})
     by_round = collections.defaultdict(list)
     for record in pool:
