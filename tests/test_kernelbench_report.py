@@ -209,3 +209,26 @@ def test_records_stored_from_an_archive_leave_out_what_a_fork_shares(tmp_path):
         reports.append((report["rows"], report["comparisons"]))
     assert reports[0] == reports[1]
     assert records.main([str(tmp_path / "missing.tar.gz"), str(dest)]) == 1
+
+
+def test_a_run_cut_off_before_its_final_evaluation_is_compared_with_nothing(tmp_path):
+    """A run that ended after 02-proposer has only its SFT model scored: comparing that with another arm's final
+    model would credit the other arm with training it never had, so the run takes part in no difference."""
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 2}
+    write_run(tmp_path / "grpo", {"1_A": 4}, sft)
+    write_run(tmp_path / "rft", {"1_A": 3}, sft)
+    rft = tmp_path / "rft"
+    rows = [json.loads(line) for line in (rft / "heldout.jsonl").read_text().splitlines()]
+    (rft / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["phase"] != "02-coder"))
+    done = ["00-distill", "00-sft", "01-proposer", "01-coder", "02-proposer"]
+    (rft / "state.json").write_text(json.dumps({"done": done, "metrics": {}}))
+    out = tmp_path / "report" / "kb"
+    assert main([f"ca-grpo-s0={tmp_path / 'grpo'}", f"rft-s0={rft}", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["unscored_end"] == {"rft-s0": "02-proposer"}
+    pairs = {(c["arm"], c["vs"]) for c in report["comparisons"] if "seed" in c}
+    assert pairs == {("ca-grpo", "SFT")}
+    assert {r["phase"] for r in report["rows"] if r["model"] == "rft-s0"} == {"00-sft"}
+    assert "rft-s0: its final model was never scored" in out.with_suffix(".md").read_text()

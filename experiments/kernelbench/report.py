@@ -149,13 +149,25 @@ def paired(a: dict, b: dict, metric: str = "pass@1") -> dict:
 COMPARED = ("pass@1", "compiled")  # the paired differences: the benchmark's metric, and how far samples got
 
 
+def unscored_end(run: Path, tables: dict) -> str:
+    """The run's last finished phase when it is later than its last scored one (a run cut off before its final
+    evaluation, whose final model was never scored), else ""."""
+    from kzcore.train.schedule import read_state
+
+    done = read_state(run).get("done", [])
+    last = max((phase for phase, _ in tables), default="")
+    return done[-1] if done and done[-1] > last else ""
+
+
 def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
     """Per seed, language and metric (`COMPARED`): each arm's final model against its SFT model and against each
-    other arm's final model (paired by problem); across seeds, the mean difference with a t interval."""
+    other arm's final model (paired by problem); across seeds, the mean difference with a t interval. A run whose
+    final model was never scored (`unscored_end`) takes part in none."""
     by_seed: dict[str, dict[str, dict]] = {}
-    for name, (_, tables) in models.items():
+    for name, (run, tables) in models.items():
         arm, _, seed = name.rpartition("-s")
-        by_seed.setdefault(seed, {})[arm] = tables
+        if not unscored_end(run, tables):
+            by_seed.setdefault(seed, {})[arm] = tables
     out, pooled = [], {}
     for seed, arms in sorted(by_seed.items()):
         finals = {arm: max(p for p, _ in t) for arm, t in arms.items() if t}
@@ -188,9 +200,13 @@ def fmt(s: dict | None) -> str:
     return f"{s['mean']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
 
 
-def markdown(rows: list[dict], compared: list[dict], n: int) -> str:
+def markdown(rows: list[dict], compared: list[dict], n: int, unscored: dict[str, str] | None = None) -> str:
     head = f"| model | phase | level | language | problems | pass@1 [95% CI] | pass@{n} | fast_1 | clean pass@1 |"
-    lines = ["## Held-out: KernelBench", "", head, "|" + " --- |" * 9]
+    lines = ["## Held-out: KernelBench", ""]
+    for name, phase in (unscored or {}).items():
+        lines += [f"{name}: its final model was never scored (the run ended after {phase}, before its final "
+                  "evaluation); its rows are its earlier models and it takes part in no difference.", ""]  # fmt: skip
+    lines += [head, "|" + " --- |" * 9]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['phase']} | {r['level']} | {r['language']} | {r['pass@1']['problems']} | "
@@ -268,14 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = (run, tables)
         rows += model_rows_
     compared = comparisons(models)
+    unscored = {name: phase for name, (run, tables) in models.items() if (phase := unscored_end(run, tables))}
     play = {name: selfplay.rounds(run) for name, (run, _) in models.items()}
     report = {
-        "rows": rows, "comparisons": compared,
+        "rows": rows, "comparisons": compared, "unscored_end": unscored,
         "self_play": {name: {"rounds": r, "targets": selfplay.targets(r)} for name, r in play.items()},
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    text = markdown(rows, compared, args.n) + "\n" + "\n".join(selfplay.markdown(play)) + "\n"
+    text = markdown(rows, compared, args.n, unscored) + "\n" + "\n".join(selfplay.markdown(play)) + "\n"
     args.out.with_suffix(".md").write_text(text)
     plot(rows, play, args.out.with_suffix(".png"))
     print(text)
