@@ -138,29 +138,35 @@ def test_memory_budget(tmp_path):
     assert not tight.ok and "memory budget" in tight.reason  # 8x16 fp32 input + output = 1024 bytes
 
 
+class SharedDevice:
+    """A pool whose jobs share one device: the problems named in ``failing`` get that reason when they run beside
+    others (or, with ``alone_too``, always); every other check passes. ``batches`` records each map's jobs."""
+
+    def __init__(self, failing: dict[str, str], alone_too: bool = False):
+        self.failing, self.alone_too, self.batches = failing, alone_too, []
+
+    def map(self, jobs):
+        from kzcore.evaluate.problem_check import failed_report
+        from kzcore.types import ProblemReport
+
+        self.batches.append([j.problem.name for j in jobs])
+        for job in jobs:
+            reason = self.failing.get(job.problem.name)
+            if reason and (len(jobs) > 1 or self.alone_too):
+                yield failed_report(job, reason)
+            else:
+                yield ProblemReport(problem=job.problem.name, level=1, ok_runs=True, deterministic=True,
+                                    finite=True, degenerate=False)  # fmt: skip
+
+
+OOM = "check failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB"
+
+
 def test_a_check_that_ran_out_of_memory_beside_others_is_checked_again_alone():
     """Checks share the device; one that ran out of memory while others ran is checked again on its own (a
     map of one job), and the report kept is the lone run's."""
-    from kzcore.evaluate.problem_check import failed_report
-    from kzcore.types import ProblemReport
-
-    class SharedDevice:
-        def __init__(self):
-            self.batches = []
-
-        def map(self, jobs):
-            self.batches.append([j.problem.name for j in jobs])
-            for job in jobs:
-                if job.problem.name == "big" and len(jobs) > 1:
-                    yield failed_report(
-                        job, "check failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB"
-                    )
-                else:
-                    yield ProblemReport(problem=job.problem.name, level=1, ok_runs=True, deterministic=True,
-                                        finite=True, degenerate=False)  # fmt: skip
-
     problems = [Problem(name=n, source=CASES["good"][0], level=1) for n in ("small", "big", "other")]
-    pool = SharedDevice()
+    pool = SharedDevice({"big": OOM})
     reports = check_problems(problems, EvalConfig(device="cpu"), pool=pool)
     assert [r.problem for r in reports] == ["small", "big", "other"]
     assert all(r.ok for r in reports), [r.reason for r in reports]
@@ -171,29 +177,11 @@ def test_kz_eval_checks_again_alone_what_its_neighbours_crowded_out(tmp_path, mo
     """`checked_problems` (kz eval, the trainer's held-out) takes its budget from the memory free at the time, so
     a check that ran out of memory, or whose reference was over that budget, while other checks shared the
     device is checked again alone; the lone run's report is the one kept (and cached)."""
-    from kzcore.evaluate.problem_check import checked_problems, failed_report
-    from kzcore.types import ProblemReport
-
-    class SharedDevice:
-        def __init__(self):
-            self.batches = []
-
-        def map(self, jobs):
-            self.batches.append([j.problem.name for j in jobs])
-            for job in jobs:
-                if len(jobs) > 1 and job.problem.name == "oom":
-                    yield failed_report(
-                        job, "does not run: OutOfMemoryError: CUDA out of memory. Tried to allocate 6 GiB"
-                    )
-                elif len(jobs) > 1 and job.problem.name == "wide":
-                    yield failed_report(job, "needs 16.03 GiB, over the 9.50 GiB memory budget")
-                else:
-                    yield ProblemReport(problem=job.problem.name, level=1, ok_runs=True, deterministic=True,
-                                        finite=True, degenerate=False)  # fmt: skip
+    from kzcore.evaluate.problem_check import checked_problems
 
     monkeypatch.setenv("KZ_CACHE", str(tmp_path / "cache"))
     problems = [Problem(name=n, source=CASES["good"][0] + f"# {n}\n", level=1) for n in ("small", "oom", "wide")]
-    pool = SharedDevice()
+    pool = SharedDevice({"oom": OOM, "wide": "needs 16.03 GiB, over the 9.50 GiB memory budget"})
     reports = checked_problems(problems, EvalConfig(device="cpu"), pool, "cpu")
     assert pool.batches == [["small", "oom", "wide"], ["oom"], ["wide"]]
     assert all(reports[p.key].ok for p in problems), [r.reason for r in reports.values()]
@@ -204,18 +192,8 @@ def test_kz_eval_checks_again_alone_what_its_neighbours_crowded_out(tmp_path, mo
 def test_a_reference_over_a_fixed_budget_is_not_checked_again():
     """The Proposer's gate gives each module a fixed budget: over it is the module's own verdict, whoever shared
     the device."""
-    from kzcore.evaluate.problem_check import failed_report
-
-    class SharedDevice:
-        def __init__(self):
-            self.batches = []
-
-        def map(self, jobs):
-            self.batches.append([j.problem.name for j in jobs])
-            for job in jobs:
-                yield failed_report(job, "needs 20.00 GiB, over the 16.00 GiB memory budget")
-
+    over = "needs 20.00 GiB, over the 16.00 GiB memory budget"
     problems = [Problem(name=n, source=CASES["good"][0], level=1) for n in ("a", "b")]
-    pool = SharedDevice()
+    pool = SharedDevice({"a": over, "b": over}, alone_too=True)
     reports = check_problems(problems, EvalConfig(device="cpu"), pool=pool)
     assert pool.batches == [["a", "b"]] and all("memory budget" in r.reason for r in reports)
