@@ -232,3 +232,21 @@ def test_a_run_cut_off_before_its_final_evaluation_is_compared_with_nothing(tmp_
     assert pairs == {("ca-grpo", "SFT")}
     assert {r["phase"] for r in report["rows"] if r["model"] == "rft-s0"} == {"00-sft"}
     assert "rft-s0: its final model was never scored" in out.with_suffix(".md").read_text()
+
+
+def test_every_model_is_scored_on_the_problems_every_run_kept(tmp_path):
+    """Runs of different sessions check the problems afresh: a problem one run kept and another flagged counts
+    for neither model, so the rows compare like with like."""
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 2, "2_B": 4}
+    write_run(tmp_path / "grpo", {"1_A": 4, "2_B": 4, "3_C": 2}, sft)
+    write_run(tmp_path / "ctl", {"1_A": 2, "2_B": 4}, sft, flagged=("kernelbench:level2/4_D", "kernelbench:level2/3_C"))
+    out = tmp_path / "report" / "kb"
+    assert main([f"ca-grpo-s0={tmp_path / 'grpo'}", f"sft-s0={tmp_path / 'ctl'}", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["problems"] == {"kept_by_every_run": 2, "clean": 1}
+    final = {(r["model"], r["phase"], r["level"]): r for r in report["rows"]}
+    row = final[("ca-grpo-s0", "02-coder", "all")]
+    assert row["pass@1"]["problems"] == 2 and row["pass@1"]["mean"] == pytest.approx(1.0)  # 1_A, 2_B only
+    assert ("ca-grpo-s0", "02-coder", 2) not in final  # no level-2 problem kept by both

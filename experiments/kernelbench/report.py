@@ -5,8 +5,8 @@ paired differences that say whether CA-GRPO beats its controls.
     python experiments/kernelbench/report.py --out experiments/kernelbench/results/DATE-MACHINE \\
         ca-grpo-s0=runs/kb-seed0 sft-s0=runs/kb-seed0-sft rft-s0=runs/kb-seed0-rft ...
 
-What it computes, per model and (level, language), over the problems the run's problem check kept
-(RUN/heldout-problems.json) and, again, over the clean ones (no near-duplicate in the training data:
+What it computes, per model and (level, language), over the problems every given run's problem check kept
+(RUN/heldout-problems.json: runs of different sessions check afresh) and, again, over the clean ones (no near-duplicate in the training data:
 RUN/decontamination.json): pass@1 and pass@n (unbiased, n samples a problem), fast_1 (correct and faster than
 PyTorch beyond the pair's measured noise: kzcore.metrics.is_faster), each with a percentile bootstrap interval
 over problems (resampled with a fixed seed). Per seed, the difference of each arm's final model from the SFT
@@ -117,10 +117,22 @@ def score(table: dict, subset: set, metric: str) -> dict:
     return {"mean": statistics.fmean(values) if values else None, "ci95": [low, high], "problems": len(values)}
 
 
-def model_rows(name: str, run: Path, n: int) -> tuple[list[dict], dict]:
-    """The rows of one run (each scored phase x language x level) and its per-problem tables by (phase, language)."""
+def common_problems(runs: list[Path]) -> tuple[set, set | None]:
+    """(kept, clean) shared by every run: the problems each run's check kept, and the clean ones where every run
+    decontaminated. Runs of different sessions check the problems afresh, and a problem the check reached no
+    verdict on in one session may be flagged in another: every model is scored on the same problems."""
+    sets = [problem_sets(run) for run in runs]
+    kept = set.intersection(*(k for k, _ in sets))
+    cleans = [c for _, c in sets]
+    clean = set.intersection(*cleans) & kept if all(c is not None for c in cleans) else None
+    return kept, clean
+
+
+def model_rows(name: str, run: Path, n: int, problems: tuple[set, set | None] | None = None) -> tuple[list[dict], dict]:
+    """The rows of one run (each scored phase x language x level) and its per-problem tables by (phase, language),
+    over ``problems`` (kept, clean; default: the run's own)."""
     arm, _, seed = name.rpartition("-s")
-    kept, clean = problem_sets(run)
+    kept, clean = problems or problem_sets(run)
     rows, tables = [], {}
     for phase in scored_phases(run):
         for path in located_glob(run, f"heldout/{phase}", "results-*.jsonl"):
@@ -202,7 +214,12 @@ def fmt(s: dict | None) -> str:
 
 def markdown(rows: list[dict], compared: list[dict], n: int, unscored: dict[str, str] | None = None) -> str:
     head = f"| model | phase | level | language | problems | pass@1 [95% CI] | pass@{n} | fast_1 | clean pass@1 |"
-    lines = ["## Held-out: KernelBench", ""]
+    lines = [
+        "## Held-out: KernelBench",
+        "",
+        "Every model is scored on the problems every run's problem check kept.",
+        "",
+    ]
     for name, phase in (unscored or {}).items():
         lines += [f"{name}: its final model was never scored (the run ended after {phase}, before its final "
                   "evaluation); its rows are its earlier models and it takes part in no difference.", ""]  # fmt: skip
@@ -272,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=4, help="samples per problem ([heldout] n): pass@n")
     parser.add_argument("--out", type=Path, required=True, help="OUT.json and OUT.md are written")
     args = parser.parse_args(argv)
-    models, rows = {}, []
+    models, rows, runs = {}, [], {}
     for spec in args.runs:
         name, sep, path = spec.partition("=")
         if not sep or "-s" not in name:
@@ -280,13 +297,17 @@ def main(argv: list[str] | None = None) -> int:
         run = Path(path)
         if not located(run, "heldout-problems.json").exists():
             parser.error(f"{run}: no heldout-problems.json (not a run with held-out scoring)")
-        model_rows_, tables = model_rows(name, run, args.n)
+        runs[name] = run
+    problems = common_problems(list(runs.values()))
+    for name, run in runs.items():
+        model_rows_, tables = model_rows(name, run, args.n, problems)
         models[name] = (run, tables)
         rows += model_rows_
     compared = comparisons(models)
     unscored = {name: phase for name, (run, tables) in models.items() if (phase := unscored_end(run, tables))}
     play = {name: selfplay.rounds(run) for name, (run, _) in models.items()}
     report = {
+        "problems": {"kept_by_every_run": len(problems[0]), "clean": len(problems[1]) if problems[1] is not None else None},
         "rows": rows, "comparisons": compared, "unscored_end": unscored,
         "self_play": {name: {"rounds": r, "targets": selfplay.targets(r)} for name, r in play.items()},
     }  # fmt: skip
