@@ -2,19 +2,22 @@
 from each run's per-sample verdicts (RUN/heldout/PHASE/results-LANGUAGE.jsonl), with 95 % intervals, and the
 paired differences that say whether CA-GRPO beats its controls.
 
-    python experiments/kernelbench/report.py --out experiments/kernelbench/results/DATE-MACHINE \\
-        ca-grpo-s0=runs/kb-seed0 sft-s0=runs/kb-seed0-sft rft-s0=runs/kb-seed0-rft ...
+    R=experiments/kernelbench/results
+    python experiments/kernelbench/report.py --out $R/DATE-MACHINE-sNN/kb \\
+        ca-grpo-s0=$R/SESSION/runs/kb-seed0 sft-s0=$R/SESSION/runs/kb-seed0-sft ...
 
 What it computes, per model and (level, language), over the problems every given run's problem check kept
-(RUN/heldout-problems.json: runs of different sessions check afresh) and, again, over the clean ones (no near-duplicate in the training data:
-RUN/decontamination.json): pass@1 and pass@n (unbiased, n samples a problem), fast_1 (correct and faster than
-PyTorch beyond the pair's measured noise: kzcore.metrics.is_faster), each with a percentile bootstrap interval
-over problems (resampled with a fixed seed). Per seed, the difference of each arm's final model from the SFT
-model it started from and from the other arms, paired by problem, with its bootstrap interval; across seeds,
-the mean difference with a t interval over the seeds (each trained model counts once, not its samples).
-Beside them, each run's self-play figures against issue 33's targets (selfplay.py: the Proposer's acceptance,
-distinct API sets, frontier share per round, the Coder's share of Proposer tasks). Writes OUT.json, OUT.md (the
-headline table first) and OUT.png (pass@1 with intervals; acceptance per round)."""
+(RUN/heldout-problems.json; runs of different sessions check afresh) and, again, over the clean ones (no
+near-duplicate in the training data: RUN/decontamination.json): pass@1 and pass@n (unbiased, n samples a
+problem), fast_1 (correct and faster than PyTorch beyond the pair's measured noise: kzcore.metrics.is_faster),
+and how far the samples got (`LADDER`: parsed, compiled, ran), each with a percentile bootstrap interval over
+problems (resampled with a fixed seed). Per seed, the difference of each arm's final model from the SFT model
+it started from and from the other arms, in pass@1 and in the compile rate, paired by problem, with its
+bootstrap interval; across seeds, the mean difference with a t interval over the seeds (each trained model
+counts once, not its samples). Beside them, each run's self-play figures against issue 33's targets
+(selfplay.py: the Proposer's acceptance, distinct API sets, frontier share per round, the Coder's share of
+Proposer tasks). Runs are read as committed (records.py: gzipped, a fork's shared files in its origin). Writes
+OUT.json, OUT.md (the headline table first) and OUT.png (pass@1 with intervals; acceptance per round)."""
 
 from __future__ import annotations
 

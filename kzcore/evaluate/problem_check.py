@@ -30,6 +30,7 @@ from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport, fr
 DEVICE_BUDGET = 0
 FREE_FRACTION = 0.8
 PROPOSER_BUDGET = 16 * 2**30  # what check_problems uses unless told (the Proposer's gate)
+OVER_BUDGET = "memory budget"  # in the reason of a reference that needed more than its budget
 # Two runs agree when they differ by float-reordering noise only (cuDNN's nondeterministic algorithms):
 # per element at most DETERMINISM_ELEMENT x (|y| + mean |y|), and in norm DETERMINISM_NORM x ||y||, each
 # raised to a few ulps of the output's dtype. Dropout or torch.rand in forward change whole elements.
@@ -250,9 +251,6 @@ def check_problems(
 
 def ran_out_of_memory(report: ProblemReport) -> bool:
     return "outofmemoryerror" in report.reason.lower() or "out of memory" in report.reason.lower()
-
-
-OVER_BUDGET = "memory budget"  # in the reason of a reference that needed more than its budget
 
 
 def crowded_out(job: ProblemCheckJob, report: ProblemReport) -> bool:
