@@ -126,8 +126,8 @@ def common_problems(runs: list[Path]) -> tuple[set, set | None]:
     verdict on in one session may be flagged in another: every model is scored on the same problems."""
     sets = [problem_sets(run) for run in runs]
     kept = set.intersection(*(k for k, _ in sets))
-    cleans = [c for _, c in sets]
-    clean = set.intersection(*cleans) & kept if all(c is not None for c in cleans) else None
+    cleans = [c for _, c in sets if c is not None]
+    clean = set.intersection(*cleans) & kept if len(cleans) == len(sets) else None
     return kept, clean
 
 
@@ -183,7 +183,8 @@ def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
         arm, _, seed = name.rpartition("-s")
         if not unscored_end(run, tables):
             by_seed.setdefault(seed, {})[arm] = tables
-    out, pooled = [], {}
+    out: list[dict] = []
+    pooled: dict[tuple, list[float]] = {}
     for seed, arms in sorted(by_seed.items()):
         finals = {arm: max(p for p, _ in t) for arm, t in arms.items() if t}
         for arm, tables in arms.items():
