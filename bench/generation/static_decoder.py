@@ -1,7 +1,8 @@
 """kz_models' static-cache decoder (CUDA graphs) against transformers' generate, side by side in one process on
 the embedded SmolLM2-135M: milliseconds per decoding step at two batch sizes, greedy, every row running to
 ``--new`` tokens (EOS ignored by both), and how far the two greedy decodes agree (bf16: they part once a
-near-tie falls the other way). Also the decoder's check against the model's forward (``agreement``).
+near-tie falls the other way), for each of the decoder's attentions (``--attentions``: the masked matmuls, the
+Triton split-K kernel). Also the decoder's check against the model's forward (``agreement``).
 
     python bench/generation/static_decoder.py --out decoder.json      # on a GPU machine; prints one JSON
 """
@@ -50,9 +51,9 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def measure(model, ids, mask, new: int, pad: int) -> dict:
+def measure(model, ids, mask, new: int, pad: int, attention: str = "matmul") -> dict:
     """Both decoders on one left-padded batch, greedy, ``new`` tokens a row; warmed up first."""
-    decoder = StaticDecoder(model)
+    decoder = StaticDecoder(model, attention=attention)
     decoder.generate(ids[:, -64:], mask[:, -64:], 8, pad_id=pad)  # warm-up (kernels, allocator)
     settings = dict(do_sample=False, pad_token_id=pad)
 
@@ -67,6 +68,7 @@ def measure(model, ids, mask, new: int, pad: int) -> dict:
     same = (mine == ref).int()
     first_diff = [int(row.argmin()) if not bool(row.all()) else new for row in same]
     return {
+        "attention": attention,
         "batch": int(ids.shape[0]),
         "prompt_tokens": int(ids.shape[1]),
         "transformers_ms_per_step": round(1000 * t_hf / new, 3),
@@ -81,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="16,64")
     parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--attentions", default="matmul,triton", help="the static decoder's attentions to time")
     parser.add_argument("--out", default="")
     parser.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run: eager steps)")
     args = parser.parse_args()
@@ -102,7 +105,9 @@ def main() -> None:
         "runs": [],
     }
     for batch in (int(b) for b in args.batches.split(",")):
-        record["runs"].append(measure(model, *prompts(tokenizer, batch, args.device), args.new, pad))
+        batch_prompts = prompts(tokenizer, batch, args.device)
+        for attention in args.attentions.split(","):
+            record["runs"].append(measure(model, *batch_prompts, args.new, pad, attention))
     text = json.dumps(record, indent=1)
     print(text)
     if args.out:

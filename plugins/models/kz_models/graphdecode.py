@@ -97,13 +97,21 @@ def _rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class StaticDecoder:
-    """Greedy or sampled decoding of a left-padded batch through a preallocated KV cache."""
+ATTENTIONS = ("matmul", "triton")
 
-    def __init__(self, model: Any):
+
+class StaticDecoder:
+    """Greedy or sampled decoding of a left-padded batch through a preallocated KV cache. ``attention``: how a
+    step attends over the cache: ``matmul`` (two batched matmuls over the whole cache, masked) or ``triton``
+    (kz_models.decode_attention: a split-K kernel that reads only each row's filled slots; a batch whose mask
+    is not left padding falls back to ``matmul``)."""
+
+    def __init__(self, model: Any, attention: str = "matmul"):
         reason = unsupported(model)
         if reason:
             raise ValueError(f"cannot decode this model with a static cache: {reason}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
         self.model = model
         self.base = model.model
         self.layers = list(self.base.layers)
@@ -114,6 +122,14 @@ class StaticDecoder:
         self.n_kv = getattr(config, "num_key_value_heads", None) or self.n_heads
         self.groups = self.n_heads // self.n_kv
         self.scaling = attn.scaling
+        if attention == "triton":
+            from kz_models.decode_attention import supported
+
+            reason = supported(self.head_dim)
+            if reason:
+                raise ValueError(f"attention=triton: {reason}")
+        self.attention = attention
+        self._kernel = False  # this batch's steps attend through the kernel (`begin` decides)
 
     # -- the model's pieces, attention replaced ----------------------------------------------------------
 
@@ -177,11 +193,16 @@ class StaticDecoder:
             keys, values = state.keys[i], state.values[i]
             keys.index_copy_(2, state.slot, k.to(keys.dtype))
             values.index_copy_(2, state.slot, v.to(values.dtype))
-            # grouped-query attention without copying the cache: each KV head serves `groups` query heads
-            qg = q.reshape(batch, self.n_kv, self.groups, self.head_dim).to(keys.dtype)
-            scores = torch.matmul(qg, keys.transpose(-1, -2)).float() * self.scaling
-            probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1).to(values.dtype)
-            attended = torch.matmul(probs, values).reshape(batch, self.n_heads, 1, self.head_dim).to(x.dtype)
+            if self._kernel:
+                from kz_models.decode_attention import attend
+
+                attended = attend(q, keys, values, state.first, state.slot + 1, self.scaling).to(x.dtype)
+            else:
+                # grouped-query attention without copying the cache: each KV head serves `groups` query heads
+                qg = q.reshape(batch, self.n_kv, self.groups, self.head_dim).to(keys.dtype)
+                scores = torch.matmul(qg, keys.transpose(-1, -2)).float() * self.scaling
+                probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1).to(values.dtype)
+                attended = torch.matmul(probs, values).reshape(batch, self.n_heads, 1, self.head_dim).to(x.dtype)
             x = self._block_end(layer, x, attended)
         state.logits.copy_(self._logits(x))
         state.position.add_(1)
@@ -240,6 +261,7 @@ class StaticDecoder:
         """(buffers for the prompt plus ``max_new_tokens``, the step function on them — a CUDA graph's replay
         with ``graph`` —, the prompt's last logits) with the prompt run and every buffer at its start."""
         state = _StepState.allocate(self, ids.shape[0], ids.shape[1] + max_new_tokens, ids.device)
+        self._kernel = self.attention == "triton" and left_padded(mask)
         step = self._captured(state) if graph else functools.partial(self.step, state)
         with decoding_attention():
             logits = self.prefill(ids, mask, state.keys, state.values)
@@ -265,9 +287,10 @@ class StaticDecoder:
 class _StepState:
     """The buffers a decoding step reads and writes (fixed addresses, so a CUDA graph can replay it)."""
 
-    def __init__(self, keys, values, token, position, slot, valid, logits):
+    def __init__(self, keys, values, token, position, slot, valid, logits, first):
         self.keys, self.values = keys, values
         self.token, self.position, self.slot, self.valid, self.logits = token, position, slot, valid, logits
+        self.first = first  # each row's first valid slot (left padding before it)
 
     @classmethod
     def allocate(cls, decoder: StaticDecoder, batch: int, length: int, device) -> _StepState:
@@ -286,6 +309,7 @@ class _StepState:
             slot=torch.zeros(1, dtype=torch.long, device=device),
             valid=torch.zeros((batch, length), dtype=torch.bool, device=device),
             logits=torch.zeros((batch, vocab), dtype=torch.float32, device=device),
+            first=torch.zeros(batch, dtype=torch.long, device=device),
         )
 
     def start(self, mask, prompt: int) -> None:
@@ -294,7 +318,16 @@ class _StepState:
         self.valid.zero_()
         self.valid[:, :prompt] = mask.bool()
         self.position.copy_(mask.long().sum(-1))
+        self.first.copy_(prompt - mask.long().sum(-1))
         self.slot.fill_(prompt)
+
+
+def left_padded(mask) -> bool:
+    """Whether every row of ``mask`` [B, P] is zeros then ones (padding only before the prompt)."""
+    import torch
+
+    first = mask.shape[1] - mask.long().sum(-1)
+    return bool(torch.equal(mask.bool(), torch.arange(mask.shape[1], device=mask.device)[None] >= first[:, None]))
 
 
 def sample(logits, temperature: float, top_k: int, top_p: float):

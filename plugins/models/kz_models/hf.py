@@ -1,11 +1,12 @@
 """hf: transformers ``generate`` on a local checkpoint, batched with left padding, on CPU or GPU.
 
 Spec: ``hf:PATH[?device=auto|cpu|cuda|cuda:N&dtype=auto|float32|bfloat16|float16&batch_size=8&threads=N
-&decoder=auto|static|transformers]``
+&decoder=auto|static|transformers&attention=matmul|triton]``
 where PATH is a checkpoint directory (``config.json`` + safetensors/bin weights + tokenizer) or a ``FILE.gguf`` (loaded by
 transformers, dequantized). ``decoder``: ``static`` decodes through a preallocated KV cache (each step a CUDA
 graph on a GPU; kz_models.graphdecode), ``transformers`` through ``generate``, ``auto`` (default) the static
-decoder on a GPU for the models it supports once it has matched the model's own forward, else ``generate``. The
+decoder on a GPU for the models it supports once it has matched the model's own forward, else ``generate``.
+``attention``: how the static decoder's steps attend over the cache (kz_models.graphdecode.StaticDecoder). The
 smollm2 backend builds one of these on the embedded model; the trainer can wrap its own in-memory model with
 ``HFPolicy(model, tokenizer)`` and push new weights with ``update_weights``.
 """
@@ -20,12 +21,19 @@ from typing import Any
 
 import attrs
 
-from kz_models.graphdecode import StaticDecoder, checked, decoding_attention
+from kz_models.graphdecode import ATTENTIONS, StaticDecoder, checked, decoding_attention
 from kz_models.options import choice_option, int_option, split_options
 from kz_models.stopping import first_stop
 from kzcore import DTYPES, Chat, Completion, PolicyError, SamplingParams, model_dtype
 
-OPTIONS = {"device": "auto", "dtype": "auto", "batch_size": "8", "threads": "", "decoder": "auto"}
+OPTIONS = {
+    "device": "auto",
+    "dtype": "auto",
+    "batch_size": "8",
+    "threads": "",
+    "decoder": "auto",
+    "attention": "matmul",
+}
 DECODERS = ("auto", "static", "transformers")
 CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -43,6 +51,7 @@ def load_hf_policy(arg: str) -> HFPolicy:
         batch_size=int_option("hf", options, "batch_size"),
         name=f"hf:{arg}",
         decoder=choice_option("hf", options, "decoder", DECODERS),
+        attention=choice_option("hf", options, "attention", ATTENTIONS),
     )
 
 
@@ -139,13 +148,25 @@ class SampledLogprobs:
 class HFPolicy:
     """A Policy over a transformers causal LM and its tokenizer."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str = "hf", batch_size: int = 8, decoder: str = "auto"):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "hf",
+        batch_size: int = 8,
+        decoder: str = "auto",
+        attention: str = "matmul",
+    ):
         if batch_size < 1:
             raise PolicyError(f"{name}: batch_size must be >= 1")
         if decoder not in DECODERS:
             raise PolicyError(f"{name}: decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+        if attention not in ATTENTIONS:
+            raise PolicyError(f"{name}: attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
         self.name = name
         self.decoder = decoder
+        self.attention = attention
         self._static: bool | None = None  # decided at the first batch (decoder=auto checks the model then)
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -171,6 +192,7 @@ class HFPolicy:
         batch_size: int = 8,
         name: str = "",
         decoder: str = "auto",
+        attention: str = "matmul",
     ) -> HFPolicy:
         directory, gguf_file = resolve_checkpoint(path)
         device = resolve_device(device)
@@ -185,7 +207,14 @@ class HFPolicy:
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, **extra)
         except Exception as exc:  # transformers raises many types; the user needs one line naming the path
             raise PolicyError(f"hf: cannot load {path}: {one_line(exc)}") from exc
-        policy = cls(model.to(device), tokenizer, name=name or f"hf:{path}", batch_size=batch_size, decoder=decoder)
+        policy = cls(
+            model.to(device),
+            tokenizer,
+            name=name or f"hf:{path}",
+            batch_size=batch_size,
+            decoder=decoder,
+            attention=attention,
+        )
         policy.checkpoint = None if gguf_file else directory
         return policy
 
@@ -325,7 +354,11 @@ class HFPolicy:
         return self._static
 
     def _generate_static(self, input_ids, attention, max_new: int, params: SamplingParams) -> list[Completion]:
-        new, logprobs = StaticDecoder(self.model).generate(
+        try:
+            decoder = StaticDecoder(self.model, self.attention)
+        except ValueError as exc:
+            raise PolicyError(f"{self.name}: {exc}") from None
+        new, logprobs = decoder.generate(
             input_ids.to(self.device),
             attention.to(self.device),
             max_new,

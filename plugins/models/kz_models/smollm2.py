@@ -15,7 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kz_models.hf import DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
+from kz_models.graphdecode import ATTENTIONS
+from kz_models.hf import DECODERS, DTYPES, OPTIONS, HFPolicy, one_line, set_cpu_threads
 from kz_models.options import choice_option, int_option, split_options
 from kzcore import PolicyError, cache_root, model_dtype
 
@@ -35,6 +36,8 @@ def load_smollm2_policy(arg: str) -> HFPolicy:
         dtype=choice_option("smollm2", options, "dtype", DTYPES),
         batch_size=int_option("smollm2", options, "batch_size"),
         name="smollm2" + (f":{arg}" if arg else ""),
+        decoder=choice_option("smollm2", options, "decoder", DECODERS),
+        attention=choice_option("smollm2", options, "attention", ATTENTIONS),
     )
 
 

@@ -12,6 +12,8 @@ from kzcore.policy import PolicyError, SamplingParams
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import interpreted_attention  # noqa: E402
+
 from kz_models import graphdecode  # noqa: E402
 from kz_models.graphdecode import StaticDecoder, fast_generate, sample, unsupported, verify  # noqa: E402
 
@@ -225,6 +227,48 @@ def test_kz_models_offers_the_decoder_only_on_a_gpu(monkeypatch):
     assert kz_models.kz_fast_generate(model=model, generate=model.generate) is None  # a CPU model
 
 
+# -- the Triton attention (kz_models.decode_attention), in Triton's interpreter on a CPU ----------------------
+
+
+@pytest.fixture(scope="module")
+def interpreted_checks():
+    """interpreted_attention.py's checks, run once in a fresh process with ``TRITON_INTERPRET=1``: Triton reads
+    it when it is imported (its own library functions are jitted then), and this process imported it without."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    here = Path(__file__).resolve().parent
+    root = here.parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), str(here)])}
+    proc = subprocess.run([sys.executable, str(here / "interpreted_attention.py")], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", interpreted_attention.CHECKS)
+def test_the_triton_attention(interpreted_checks, name):
+    """Each check's docstring in interpreted_attention.py says what it shows."""
+    assert interpreted_checks[name] == "ok", interpreted_checks[name]
+
+
+def test_the_attention_option_is_checked(tmp_path):
+    from kz_models.hf import HFPolicy
+    from tests.tinymodel import build_tiny_checkpoint
+
+    with pytest.raises(ValueError, match="attention must be one of matmul, triton"):
+        StaticDecoder(tiny(), attention="flash")
+    with pytest.raises(ValueError, match="attention=triton: head_dim 12 is not a power of two"):
+        StaticDecoder(tiny(head_dim=12), attention="triton")
+    path = build_tiny_checkpoint(tmp_path / "tiny", context=256)
+    with pytest.raises(PolicyError, match="attention must be one of matmul, triton"):
+        HFPolicy.from_path(path, device="cpu", attention="flash")
+
+
 # -- GPU: the CUDA-graph replay ------------------------------------------------------------------------------
 
 
@@ -263,3 +307,19 @@ def test_the_graph_follows_weights_that_change_between_calls():
     second = generate(input_ids=ids, attention_mask=mask, generation_config=config)
     expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     assert torch.equal(second[:, : expected.shape[1]], expected) and not torch.equal(first, second)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_triton_attention_replays_in_a_graph(dtype):
+    """The kernel inside the captured step: the same tokens as the matmul attention (bf16: up to a near-tie)."""
+    model = tiny().to("cuda", getattr(torch, dtype))
+    ids, mask = (t.cuda() for t in left_padded())
+    matmul, _ = StaticDecoder(model).generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=True)
+    decoder = StaticDecoder(model, attention="triton")
+    kernel, _ = decoder.generate(ids, mask, 32, eos_ids=[EOS], pad_id=PAD, graph=True)
+    assert decoder._kernel
+    if dtype == "float32":
+        assert torch.equal(kernel, matmul)
+    else:
+        assert (kernel[:, :8] == matmul[:, :8]).float().mean() > 0.9
