@@ -39,26 +39,24 @@ def origin(run: Path) -> Path | None:
     return run.parent / Path(forked_from).name if forked_from else None
 
 
-def located(run: Path, rel: str) -> Path:
-    """``run/rel`` (or its gzipped record); when the run lacks it, its origin's; else ``run/rel`` (missing)."""
+def lineage(run: Path):
+    """``run``, then the run it was forked from, and so on (each once)."""
     seen = set()
     where: Path | None = run
     while where is not None and where not in seen:
         seen.add(where)
-        path = stored(where / rel)
-        if path.exists():
-            return path
+        yield where
         where = origin(where)
-    return run / rel
+
+
+def located(run: Path, rel: str) -> Path:
+    """``run/rel`` (or its gzipped record); when the run lacks it, its origin's; else ``run/rel`` (missing)."""
+    return next((path for where in lineage(run) if (path := stored(where / rel)).exists()), run / rel)
 
 
 def located_glob(run: Path, folder: str, pattern: str) -> list[Path]:
     """`stored_glob` of ``run/folder``, or of the origin's when the run has none there."""
-    found = stored_glob(run / folder, pattern)
-    if found:
-        return found
-    parent = origin(run)
-    return located_glob(parent, folder, pattern) if parent is not None and parent != run else []
+    return next((found for where in lineage(run) if (found := stored_glob(where / folder, pattern))), [])
 
 
 def _gzip(path: Path) -> None:

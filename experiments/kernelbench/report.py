@@ -174,14 +174,14 @@ def unscored_end(run: Path, tables: dict) -> str:
     return done[-1] if done and done[-1] > last else ""
 
 
-def comparisons(models: dict[str, tuple[Path, dict]]) -> list[dict]:
+def comparisons(models: dict[str, tuple[Path, dict]], unscored: dict[str, str] | None = None) -> list[dict]:
     """Per seed, language and metric (`COMPARED`): each arm's final model against its SFT model and against each
-    other arm's final model (paired by problem); across seeds, the mean difference with a t interval. A run whose
-    final model was never scored (`unscored_end`) takes part in none."""
+    other arm's final model (paired by problem); across seeds, the mean difference with a t interval. A model in
+    ``unscored`` (its final model never scored: `unscored_end`) takes part in none."""
     by_seed: dict[str, dict[str, dict]] = {}
-    for name, (run, tables) in models.items():
+    for name, (_, tables) in models.items():
         arm, _, seed = name.rpartition("-s")
-        if not unscored_end(run, tables):
+        if name not in (unscored or {}):
             by_seed.setdefault(seed, {})[arm] = tables
     out: list[dict] = []
     pooled: dict[tuple, list[float]] = {}
@@ -307,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         model_rows_, tables = model_rows(name, run, args.n, problems)
         models[name] = (run, tables)
         rows += model_rows_
-    compared = comparisons(models)
     unscored = {name: phase for name, (run, tables) in models.items() if (phase := unscored_end(run, tables))}
+    compared = comparisons(models, unscored)
     play = {name: selfplay.rounds(run) for name, (run, _) in models.items()}
     report = {
         "problems": {"kept_by_every_run": len(problems[0]), "clean": len(problems[1]) if problems[1] is not None else None},
