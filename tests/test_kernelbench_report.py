@@ -61,6 +61,7 @@ def test_rows_and_paired_differences(tmp_path):
     assert diffs[("ca-grpo", "SFT")]["mean"] == pytest.approx((0.5 + 0 + 0.5) / 3)
     assert diffs[("ca-grpo", "sft")]["mean"] == pytest.approx((0.5 + 0 + 0.5) / 3)
     assert diffs[("sft", "SFT")]["mean"] == pytest.approx(0.0)
+    assert ("sft", "ca-grpo") not in diffs  # each pair once: the method against its control
     across = [c["across_seeds"] for c in report["comparisons"] if "across_seeds" in c]
     assert all(s["t95"] is None and s["seeds"] == 1 for s in across)  # one seed: no interval across seeds
     text = out.with_suffix(".md").read_text()

@@ -174,10 +174,20 @@ def unscored_end(run: Path, tables: dict) -> str:
     return done[-1] if done and done[-1] > last else ""
 
 
+# The arms in the order their differences are read: each against the ones after it (CA-GRPO against its
+# controls, then the controls against each other), so no pair is given twice with its sign flipped. An arm not
+# named here comes after these, in name order.
+ARM_ORDER = ("ca-grpo", "sft", "rft", "frozen")
+
+
+def arm_rank(arm: str) -> tuple[int, str]:
+    return (ARM_ORDER.index(arm), "") if arm in ARM_ORDER else (len(ARM_ORDER), arm)
+
+
 def comparisons(models: dict[str, tuple[Path, dict]], unscored: dict[str, str] | None = None) -> list[dict]:
-    """Per seed, language and metric (`COMPARED`): each arm's final model against its SFT model and against each
-    other arm's final model (paired by problem); across seeds, the mean difference with a t interval. A model in
-    ``unscored`` (its final model never scored: `unscored_end`) takes part in none."""
+    """Per seed, language and metric (`COMPARED`): each arm's final model against its SFT model and against the
+    final model of each arm after it in `ARM_ORDER` (paired by problem); across seeds, the mean difference with a
+    t interval. A model in ``unscored`` (its final model never scored: `unscored_end`) takes part in none."""
     by_seed: dict[str, dict[str, dict]] = {}
     for name, (_, tables) in models.items():
         arm, _, seed = name.rpartition("-s")
@@ -193,7 +203,8 @@ def comparisons(models: dict[str, tuple[Path, dict]], unscored: dict[str, str] |
                 if phase != final:
                     continue
                 against = {"SFT": tables.get(("00-sft", language))}
-                against.update({other: arms[other].get((finals[other], language)) for other in arms if other != arm})
+                later = [other for other in arms if arm_rank(other) > arm_rank(arm)]
+                against.update({other: arms[other].get((finals[other], language)) for other in later})
                 for name, base in against.items():
                     if base is None or (name == "SFT" and final == "00-sft"):
                         continue
@@ -248,7 +259,9 @@ def markdown(rows: list[dict], compared: list[dict], n: int, unscored: dict[str,
     for c in compared:
         if "across_seeds" in c:
             s = c["across_seeds"]
-            ci = f"[{s['t95'][0]:.3f}, {s['t95'][1]:.3f}] (t, {s['seeds']} seeds)" if s["t95"] else "(one seed)"
+            if s["seeds"] < 2:  # one seed: its row above says it all (the JSON keeps the summary)
+                continue
+            ci = f"[{s['t95'][0]:.3f}, {s['t95'][1]:.3f}] (t, {s['seeds']} seeds)" if s["t95"] else ""
             lines.append(f"| {s['metric']} | all | {s['language']} | {s['arm']} | {s['vs']} | {s['mean']:.3f} {ci} |")
         else:
             lines.append(f"| {c['metric']} | {c['seed']} | {c['language']} | {c['arm']} | {c['vs']} | {fmt(c)} |")
