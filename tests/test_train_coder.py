@@ -36,7 +36,8 @@ def pool(plugins, own_workers):
 
 
 def test_reward_function_pays_per_group(pool, problems, tmp_path):
-    reward = CoderReward(problems, "triton", pool, CFG, CAGRPOConfig(tau=0.5), tmp_path / "r.jsonl")
+    samples = tmp_path / "samples.jsonl"
+    reward = CoderReward(problems, "triton", pool, CFG, CAGRPOConfig(tau=0.5), tmp_path / "r.jsonl", samples)
     good = [{"role": "assistant", "content": f"```python\n{fakes_policy.SOLUTION}```"}]
     bad = [{"role": "assistant", "content": "no code"}]
     rewards = reward(
@@ -46,6 +47,15 @@ def test_reward_function_pays_per_group(pool, problems, tmp_path):
         level=[1, 1, 1, 1],
     )
     assert rewards == [1.0, 0.0, 0.0, 0.0]
+    # every completion is kept with its task, verdict, the head of the evaluator's message and its reward
+    kept = [json.loads(x) for x in samples.read_text().splitlines()]
+    assert [(r["task"], r["status"], r["reward"]) for r in kept] == [
+        ("1/1_ReLU", "correct", 1.0), ("1/1_ReLU", "format_error", 0.0),
+        ("1/3_Sigmoid", "format_error", 0.0), ("1/3_Sigmoid", "format_error", 0.0),
+    ]  # fmt: skip
+    assert kept[0]["completion"] == good[0]["content"] and kept[1]["completion"] == "no code"
+    assert "code block" in kept[1]["message"] and kept[0]["message"] == ""
+    assert {r["group"] for r in kept} == {"0:1/1_ReLU", "0:1/3_Sigmoid"} and {r["call"] for r in kept} == {0}
     (row,) = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert row["statuses"] == {"correct": 1, "format_error": 3}
     assert sorted(row["group_correct_rates"]) == [0.0, 0.5] and row["reward_mean"] == 0.25

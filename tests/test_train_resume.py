@@ -86,10 +86,13 @@ def test_a_resumed_coder_phase_keeps_the_tally_of_the_steps_it_kept(tmp_path):
         {"call": 2, "step": 2, "task_counts": {"1/3_Sigmoid": [1, 2]}},  # a step the checkpoint does not hold
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    reward = CoderReward([], "triton", None, None, None, log)
+    samples = tmp_path / "samples.jsonl"  # the completions of the same calls, one row each
+    samples.write_text("".join(json.dumps({"call": r["call"], "step": r["step"]}) + "\n" for r in rows))
+    reward = CoderReward([], "triton", None, None, None, log, samples)
     reward.start_at(2)
     assert reward.tally == {"1/1_ReLU": [1, 4], "1/3_Sigmoid": [2, 2]} and reward.calls == 2
     assert [r["call"] for r in map(json.loads, log.read_text().splitlines())] == [0, 0, 1]
+    assert [r["call"] for r in map(json.loads, samples.read_text().splitlines())] == [0, 0, 1]
     assert keep_steps_before(log, 0) == [] and log.read_text() == ""  # a fresh start: the log starts empty
 
 

@@ -27,6 +27,7 @@ from kzcore.types import Candidate, EvalJob, Problem
 # (Dr. GRPO); "batch": the whole batch's reward std; "group": the group's own std, which blows a group's tiny
 # spread (a speed difference, pass-rate noise) up to advantages of about +-1, as loud as correct vs wrong.
 SCALE_REWARDS = ("none", "batch", "group")
+SAMPLES = "samples.jsonl"  # PHASE/model/samples.jsonl: every completion of the phase with its verdict and reward
 
 
 def _scale_rewards_name(value):
@@ -81,15 +82,18 @@ class CoderReward:
     """A TRL reward function: completions → evaluator verdicts → CA-GRPO rewards. Appends one JSON line of
     statistics per call to ``log_path`` and tallies each task's verdicts over the phase (``tally``: task key →
     [correct, samples], over every process's completions) — the Coder's measured pass rate on the tasks it
-    trained on, which the trainer feeds back to the Proposer."""
+    trained on, which the trainer feeds back to the Proposer. With ``samples_path``, also one line per completion
+    (`sample_rows`): what the Coder wrote for each task and why it failed, the record that tells a task the
+    Coder never passes from a harness fault."""
 
     def __init__(
-        self, problems: list[Problem], language: str, pool, eval_config, ca_config: CAGRPOConfig, log_path: Path
-    ):
+        self, problems: list[Problem], language: str, pool, eval_config, ca_config: CAGRPOConfig, log_path: Path,
+        samples_path: Path | None = None,
+    ):  # fmt: skip
         self.__name__ = "ca_grpo"
         self.by_key = {(p.level, p.name): p for p in problems}
         self.language, self.pool, self.eval_config, self.ca_config = language, pool, eval_config, ca_config
-        self.log_path = log_path
+        self.log_path, self.samples_path = log_path, samples_path
         self.calls = 0
         self._ended: float | None = None  # perf_counter() when the previous call returned
         self.tally: dict[str, list[int]] = {}
@@ -99,6 +103,8 @@ class CoderReward:
         before it, and the tally and the call count are those rows' (rows of steps a killed run did not keep are
         dropped; those steps run again)."""
         rows = keep_steps_before(self.log_path, step)
+        if self.samples_path is not None:
+            keep_steps_before(self.samples_path, step)
         self.tally, seen = {}, set()
         for row in rows:
             if row["call"] in seen:  # one row per process and call; the counts are the whole group's
@@ -136,6 +142,10 @@ class CoderReward:
         # since the previous call ended: this step's generation and the previous step's update (TRL's share)
         between_s = None if self._ended is None else t0 - self._ended
         self._log(results, verdicts, rewards, eval_s, between_s, trainer_state, log_metric, task_counts)
+        if self.samples_path is not None:
+            rows = sample_rows(self.calls, trainer_state, task_id, results, rewards, jobs)
+            with self.samples_path.open("a") as f:  # one write a call: processes append whole lines
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
         self.calls += 1
         self._ended = time.perf_counter()
         return rewards
@@ -178,6 +188,21 @@ class CoderReward:
         if log_metric is not None:
             log_metric("kz/correct_rate", row["correct_rate"])
             log_metric("kz/eval_seconds", row["eval_seconds"])
+
+
+MESSAGE_CHARS = 600  # a sample row keeps the head of the evaluator's message: the first error is what matters
+
+
+def sample_rows(call: int, trainer_state, task_ids, results, rewards, jobs) -> list[dict]:
+    """One row per completion of a reward call (this process's): the task, its group, the verdict with the head
+    of its message, the speedup, the reward and the completion itself."""
+    step = getattr(trainer_state, "global_step", None)
+    return [
+        {"call": call, "step": step, "task": f"{r.level}/{r.problem}", "group": f"{call}:{tid}",
+         "status": r.status.value, "message": (r.message or "")[:MESSAGE_CHARS], "speedup": r.speedup,
+         "reward": reward, "completion": job.candidate.completion}
+        for tid, r, reward, job in zip(task_ids, results, rewards, jobs)
+    ]  # fmt: skip
 
 
 def keep_steps_before(log_path: Path, step: int) -> list[dict]:
@@ -350,13 +375,15 @@ def run_coder_phase(
     log=print, quiet: bool = False,
 ) -> dict:  # fmt: skip
     """GRPO the Coder at ``model`` on ``problems`` (one prompt each, in order); the checkpoint lands in
-    ``output_dir``, with ``tasks.jsonl`` (the prompts trained on) and ``pass_rates.json`` (each task's
-    [correct, samples] over the phase). ``prompt_for`` builds the Coder prompt (default: the kernelbench
+    ``output_dir``, with ``tasks.jsonl`` (the prompts trained on), ``pass_rates.json`` (each task's
+    [correct, samples] over the phase) and ``samples.jsonl`` (every completion with its verdict). ``prompt_for`` builds the Coder prompt (default: the kernelbench
     template)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     if prompt_for is None:
         prompt_for = functools.partial(build_prompt, language=language, template="kernelbench", pm=pm)
-    reward = CoderReward(problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl")
+    reward = CoderReward(
+        problems, language, pool, eval_config, ca_config, output_dir / "rewards.jsonl", output_dir / SAMPLES
+    )
     dataset = task_dataset(problems, prompt_for)
     dataset.to_json(str(output_dir / "tasks.jsonl"))
     metrics = run_grpo(model, dataset, [reward], settings, output_dir, pm=pm, log=log, quiet=quiet, label="coder")
