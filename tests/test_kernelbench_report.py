@@ -132,8 +132,16 @@ def test_self_play_rounds_and_targets(tmp_path):
     metrics = {"01-coder": {"proposer_task_share": 0.0}, "02-coder": {"proposer_task_share": 0.4},
                "01-proposer": {"top_template_share": 0.5}}  # fmt: skip
     (run / "state.json").write_text(json.dumps({"done": list(metrics), "metrics": metrics}))
+    samples = run / "phases" / "02-coder" / "model" / "samples.jsonl"  # round 2's Coder completions; none of round 1
+    samples.parent.mkdir(parents=True)
+    kept = [("2/proposed_m5", "compile_error"), ("2/proposed_m5", "compile_error"), ("2/proposed_m6", "correct"),
+            ("1/1_ReLU", "correct")]  # fmt: skip
+    samples.write_text("".join(json.dumps({"task": t, "status": s}) + "\n" for t, s in kept))
     rows = selfplay.rounds(run)
     assert [(r["round"], r["proposed"], r["accepted"]) for r in rows] == [(1, 4, 2), (2, 2, 2)]
+    assert rows[0]["proposer_task_statuses"] is None  # no samples kept for round 1
+    assert rows[1]["proposer_task_statuses"] == {"compile_error": 2, "correct": 1}  # the built-in task not counted
+    assert "| compile_error 2, correct 1 |" in "\n".join(selfplay.markdown({"m": rows}))
     assert rows[0]["acceptance"] == 0.5 and rows[0]["api_sets"] == 2 and rows[0]["frontier_share"] == 0.5
     assert rows[0]["first_failed_gate"] == {GATE_ORDER[0]: 2} and rows[0]["top_template_share"] == 0.5
     assert rows[1]["frontier_share"] == 0.5 and rows[1]["proposer_task_share"] == 0.4

@@ -1,7 +1,8 @@
 """The self-play figures of a run, against issue 33's targets, from its records: per round, the Proposer's modules
 (RUN/pool.jsonl: proposed, accepted, the accepted ones' distinct API sets and dedup keys, and how many sat at the
 Coder's frontier when first measured) and the share of the Coder's prompts that came from the Proposer (the Coder
-phase's `proposer_task_share` in RUN/state.json). Used by report.py beside the held-out figures."""
+phase's `proposer_task_share` in RUN/state.json), with the verdicts the Coder's completions on those tasks got
+(PHASE/model/samples.jsonl, where the run kept one). Used by report.py beside the held-out figures."""
 
 from __future__ import annotations
 
@@ -18,6 +19,20 @@ def first_rate(record) -> float | None:
         return None
     rate = min(record.pass_rates, key=lambda r: r.round)
     return rate.passed / rate.k
+
+
+def proposer_task_statuses(run: Path, number: int) -> dict[str, int] | None:
+    """The verdicts of round ``number``'s Coder completions on Proposer tasks (names ``proposed_…``), most
+    frequent first; None where the run kept no samples for that phase. The run's own file only, never its
+    origin's: a fork's Coder rounds are its own (an `rft` fork keeps no GRPO samples, and its origin's would
+    be another arm's)."""
+    from kzcore.jsonl import read_jsonl, stored
+
+    path = stored(run / f"phases/{number:02d}-coder/model/samples.jsonl")
+    if not path.exists():
+        return None
+    rows = [r for r in read_jsonl(path) if r["task"].split("/", 1)[-1].startswith("proposed_")]
+    return dict(collections.Counter(r["status"] for r in rows).most_common())
 
 
 def rounds(run: Path) -> list[dict]:
@@ -55,6 +70,7 @@ def rounds(run: Path) -> list[dict]:
             ),
             "proposer_task_share": coder.get("proposer_task_share"),
             "proposer_task_pass_rate": coder.get("proposer_task_pass_rate"),
+            "proposer_task_statuses": proposer_task_statuses(run, number),
         })  # fmt: skip
     return rows
 
@@ -77,11 +93,17 @@ def targets(rows: list[dict]) -> dict:
     }  # fmt: skip
 
 
+def verdicts(statuses: dict[str, int] | None) -> str:
+    if statuses is None:
+        return "–"  # the run kept no samples of that phase
+    return ", ".join(f"{status} {n}" for status, n in statuses.items()) or "none drawn"
+
+
 def markdown(by_model: dict[str, list[dict]]) -> list[str]:
     lines = [
         "## Self-play (the Proposer's modules and the Coder's share of them)", "",
-        "| model | round | proposed | accepted | acceptance | API sets | frontier / measured | Coder prompts from the Proposer | their pass rate |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| model | round | proposed | accepted | acceptance | API sets | frontier / measured | Coder prompts from the Proposer | their pass rate | their verdicts |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]  # fmt: skip
 
     def pct(x):
@@ -92,9 +114,10 @@ def markdown(by_model: dict[str, list[dict]]) -> list[str]:
             frontier = f"{round((r['frontier_share'] or 0) * r['measured'])}/{r['measured']}"
             lines.append(
                 f"| {name} | {r['round']} | {r['proposed']} | {r['accepted']} | {pct(r['acceptance'])} | "
-                f"{r['api_sets']} | {frontier} | {pct(r['proposer_task_share'])} | {pct(r['proposer_task_pass_rate'])} |"
+                f"{r['api_sets']} | {frontier} | {pct(r['proposer_task_share'])} | {pct(r['proposer_task_pass_rate'])} | "
+                f"{verdicts(r.get('proposer_task_statuses'))} |"
             )
         met = targets(rows)
         words = {True: "met", False: "not met", None: "nothing to judge"}
-        lines.append(f"| {name} | targets | " + "; ".join(f"{k}: {words[v]}" for k, v in met.items()) + " |||||||")
+        lines.append(f"| {name} | targets | " + "; ".join(f"{k}: {words[v]}" for k, v in met.items()) + " ||||||||")
     return lines
