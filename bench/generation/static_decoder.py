@@ -2,7 +2,10 @@
 the embedded SmolLM2-135M: milliseconds per decoding step at two batch sizes, greedy, every row running to
 ``--new`` tokens (EOS ignored by both), and how far the two greedy decodes agree (bf16: they part once a
 near-tie falls the other way), for each of the decoder's attentions (``--attentions``: the masked matmuls, the
-Triton split-K kernel). Also the decoder's check against the model's forward (``agreement``).
+Triton split-K kernel). Greedy paths that part say nothing of which side rounds better, so each decode is also
+scored against the model in float32: along the decode's own tokens, the share of steps where its token is the
+float32 model's argmax (``fp32_agreement``; transformers' bf16 decode scored the same way beside it). Also the
+decoder's check against the model's forward (``agreement``).
 
     python bench/generation/static_decoder.py --out decoder.json      # on a GPU machine; prints one JSON
 """
@@ -51,7 +54,28 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def measure(model, ids, mask, new: int, pad: int, attention: str = "matmul") -> dict:
+def fp32_agreement(reference, ids, mask, tokens, chunk: int = 8) -> float:
+    """The share of ``tokens`` (batch x new, decoded after the left-padded prompts ``ids``/``mask``) that are the
+    argmax of ``reference`` (the model in float32) given the same prefix: one teacher-forced forward a chunk of
+    rows, positions counted from each row's first real token as generate counts them."""
+    agree = total = 0
+    new = tokens.shape[1]
+    for start in range(0, ids.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        full = torch.cat([ids[rows], tokens[rows]], dim=1)
+        full_mask = torch.cat([mask[rows], torch.ones_like(tokens[rows])], dim=1)
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = reference(input_ids=full, attention_mask=full_mask, position_ids=positions).logits
+        choice = logits[:, ids.shape[1] - 1 : -1].argmax(-1)
+        agree += int((choice == tokens[rows]).sum())
+        total += choice.numel()
+        del logits
+    assert total == tokens.numel() and new > 0
+    return round(agree / total, 4)
+
+
+def measure(model, ids, mask, new: int, pad: int, attention: str = "matmul", reference=None) -> dict:
     """Both decoders on one left-padded batch, greedy, ``new`` tokens a row; warmed up first."""
     decoder = StaticDecoder(model, attention=attention)
     decoder.generate(ids[:, -64:], mask[:, -64:], 8, pad_id=pad)  # warm-up (kernels, allocator)
@@ -67,6 +91,10 @@ def measure(model, ids, mask, new: int, pad: int, attention: str = "matmul") -> 
     ref = ref[:, ids.shape[1] :]
     same = (mine == ref).int()
     first_diff = [int(row.argmin()) if not bool(row.all()) else new for row in same]
+    scored = {}
+    if reference is not None:
+        scored = {"static_fp32_agreement": fp32_agreement(reference, ids, mask, mine),
+                  "transformers_fp32_agreement": fp32_agreement(reference, ids, mask, ref)}  # fmt: skip
     return {
         "attention": attention,
         "batch": int(ids.shape[0]),
@@ -76,6 +104,7 @@ def measure(model, ids, mask, new: int, pad: int, attention: str = "matmul") -> 
         "speedup": round(t_hf / t_static, 2),
         "rows_identical": sum(d == new for d in first_diff),
         "mean_first_difference": sum(first_diff) / len(first_diff),
+        **scored,
     }
 
 
@@ -84,6 +113,7 @@ def main() -> None:
     parser.add_argument("--batches", default="16,64")
     parser.add_argument("--new", type=int, default=256)
     parser.add_argument("--attentions", default="matmul,triton", help="the static decoder's attentions to time")
+    parser.add_argument("--no-fp32", action="store_true", help="skip scoring the decodes against float32")
     parser.add_argument("--out", default="")
     parser.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke run: eager steps)")
     args = parser.parse_args()
@@ -96,6 +126,9 @@ def main() -> None:
     pad = tokenizer.pad_token_id or 0
     model.generation_config.eos_token_id = None  # both decoders run every row to --new tokens
     error, argmax_agree = agreement(model)
+    reference = None
+    if not args.no_fp32:  # the same weights in float32: the yardstick both bf16 decodes are scored against
+        reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(args.device).eval()
     record = {
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -107,7 +140,7 @@ def main() -> None:
     for batch in (int(b) for b in args.batches.split(",")):
         batch_prompts = prompts(tokenizer, batch, args.device)
         for attention in args.attentions.split(","):
-            record["runs"].append(measure(model, *batch_prompts, args.new, pad, attention))
+            record["runs"].append(measure(model, *batch_prompts, args.new, pad, attention, reference))
     text = json.dumps(record, indent=1)
     print(text)
     if args.out:
