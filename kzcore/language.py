@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kzcore.errors import KzError
 
 if TYPE_CHECKING:
-    from kzcore.train.family import Elementwise, RowReduction
+    from kzcore.train.family import Chain, Elementwise, RowReduction
     from kzcore.types import EvalConfig, LaunchCounter, Problem, PromptSection
 
 CORE_PACKAGE = "kzcore"
@@ -142,11 +142,13 @@ class Language:
         workers. Default: none."""
         return []
 
-    def variant_solution(self, member: Elementwise | RowReduction) -> str | None:
+    def variant_solution(self, member: Elementwise | RowReduction | Chain) -> str | None:
         """A solution module in this language for a generated op-family problem (cold-start variants,
         kzcore/train/family.py), or None when the language has none for ``member``. ``member.family`` says
-        which kind it is: "elementwise" (``op``, ``summary``, ``inputs``, ``params``, ``fp16``) or
-        "row_reduction" (``op``, ``keepdim``, ``name``, ``title``); ``member.init_source`` is the ``__init__``
+        which kind it is: "elementwise" (``op``, ``summary``, ``inputs``, ``params``, ``fp16``),
+        "row_reduction" (``op``, ``keepdim``, ``name``, ``title``) or "elementwise_chain" (``ops``: unary ops
+        of ``family.CHAIN_OPS`` applied in order to one float32 tensor, ``name``, ``summary``; asked for only
+        with ``[distill] chains``); ``member.init_source`` is the ``__init__``
         method ``ModelNew`` shares with the problem's ``Model``. Distillation keeps only solutions the
         evaluator files correct. Default: None."""
         return None

@@ -89,7 +89,11 @@ class DistillSection:
     k: int = 4
     only_faster: bool = False  # the teacher's prompt is the Coder's: [prompts] coder_template
     variants: int = 0  # at most this many verified variant problems (kzcore/train/variants.py); 0: none
-    variant_seed: int = 0  # which variants, when there are more than ``variants``
+    variant_seed: int = 0  # which variants, when there are more than ``variants`` (and which chains)
+    # this many chains of two elementwise ops (kzcore/train/variants.py `chain_variants`), drawn apart from
+    # ``variants``; 0: none. What the Proposer composes, fused: a Coder cold start with one op per problem
+    # writes one op of a chain and skips the rest
+    chains: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     keep_reasoning: bool = True  # train on the teacher's whole answer; False: only its fenced code
     max_new_tokens: int = 4096  # the teacher's sampling budget per answer
     # the evaluator's size profile for verifying distillation candidates ("" = [eval] size): correctness is

@@ -79,15 +79,19 @@ def distill(
     max_new_tokens: int = 4096,
     pm=None,
     drop_variants: Collection[str] = (),
+    chains: int = 0,
 ) -> DistillSummary:
     """Write ``out_dir/sft.jsonl`` from the verified teacher outputs and, with ``variants=N``, from up to N
     verified variant problems (chosen by ``variant_seed``, none derived from the names in ``exclude`` and none
-    named in ``drop_variants``); returns counts and paths."""
+    named in ``drop_variants``), and with ``chains=M`` from up to M chains of two elementwise ops (drawn by the
+    same seed, with the same exclusions); returns counts and paths."""
     if (teacher is None) == (solutions is None):
         raise ValueError("distill needs exactly one of teacher= or solutions=")
     pm = pm or get_plugin_manager()
     out_dir.mkdir(parents=True, exist_ok=True)
     generated, pool = _variants(problems, languages, solutions, variants, variant_seed, exclude, pm, drop_variants)
+    linked = allowed_chains(languages, chains, variant_seed, exclude, pm, drop_variants)
+    generated, pool = generated + linked, pool + linked
     by_variant = {v.name: v for v in pool}
     all_problems = problems + [v.problem for v in pool]
     by_key = {(p.level, p.name): p for p in all_problems}
@@ -115,7 +119,7 @@ def distill(
         n_correct += sum(r.correct for r in results)
         if only_faster and not any(r.speedup for r in results):
             note = "only_faster asked for, but nothing was timed (no GPU): nothing kept"
-        if variants:
+        if variants or chains:
             counts[language] = {
                 "generated": sum(language in v.solutions for v in generated),
                 "evaluated": len(extra),
@@ -195,6 +199,13 @@ def allowed_variants(problems, languages, solutions, exclude, pm=None, drop=()) 
     suite = solutions if solutions and not Path(solutions).exists() else "builtin"
     generated = variant_gen.generate(problems, languages, suite=suite, pm=pm)
     return [v for v in variant_gen.exclude_heldout(generated, list(exclude)) if v.name not in drop]
+
+
+def allowed_chains(languages, count, seed, exclude, pm=None, drop=()) -> list[variant_gen.Variant]:
+    """The ``count`` chains drawn by ``seed`` (kzcore.train.variants.chain_variants), less any held out by name
+    in ``exclude`` or named in ``drop``."""
+    chains = variant_gen.chain_variants(list(languages), count, seed, pm=pm)
+    return [v for v in variant_gen.exclude_heldout(chains, list(exclude)) if v.name not in drop]
 
 
 def _variants(problems, languages, solutions, count, seed, exclude, pm, drop=()):

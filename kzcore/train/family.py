@@ -1,8 +1,9 @@
 """The op family: generated KernelBench-format problems for cold start (kzcore/train/variants.py) —
 elementwise activations, a few binary and fused elementwise ops, fp16 copies of some unary ones, and row
-reductions over the last dim. This module writes the problems, in PyTorch only. The solutions are each
-language's own (`Language.variant_solution`, given a member of this module: an `Elementwise` or a
-`RowReduction`); a language that has none for a member returns None, and distillation keeps only solutions
+reductions over the last dim; and, when a config asks for them, chains of two elementwise ops (`Chain`). This
+module writes the problems, in PyTorch only. The solutions are each
+language's own (`Language.variant_solution`, given a member of this module: an `Elementwise`, a
+`RowReduction` or a `Chain`); a language that has none for a member returns None, and distillation keeps only solutions
 the evaluator verifies."""
 
 from __future__ import annotations
@@ -210,3 +211,86 @@ def family_problems() -> list[FamilyProblem]:
     for j, r in enumerate(REDUCTIONS):
         out.append(FamilyProblem(f"fam_{r.name}", reduction_problem(r, len(ELEMENTWISE) + j), r, "family"))
     return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# chains: two elementwise ops applied one after the other, as the Proposer composes them
+# ----------------------------------------------------------------------------------------------------
+
+CHAIN_FAMILY = "elementwise_chain"
+
+# unary ops that only chains use (the single-op family above is unchanged by them)
+CHAIN_EXTRA: tuple[Elementwise, ...] = (
+    Elementwise("relu6", "ReLU6", "F.relu6(x)", functional=True),
+    Elementwise("neg", "Negation", "torch.neg(x)"),
+    Elementwise("cos", "Cosine", "torch.cos(x)"),
+    Elementwise("sin", "Sine", "torch.sin(x)"),
+)
+# every unary op without constructor scalars, less exp (a chain of it and square leaves float32's range)
+CHAIN_OPS: dict[str, Elementwise] = {
+    e.op: e for e in (*ELEMENTWISE, *CHAIN_EXTRA) if e.inputs == ("x",) and not e.params and e.op != "exp"
+}
+
+
+@attrs.frozen
+class Chain:
+    """Elementwise ops (names of `CHAIN_OPS`) applied in order to one float32 tensor: ``Abs -> ReLU6``. The
+    single-op family teaches one op per kernel; a chain teaches fusing what a module computes in several
+    statements into one kernel, which is how the Proposer's modules read."""
+
+    family: ClassVar[str] = CHAIN_FAMILY
+
+    ops: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return "chain_" + "_".join(self.ops)
+
+    @property
+    def summary(self) -> str:
+        return " -> ".join(CHAIN_OPS[op].summary for op in self.ops)
+
+    @property
+    def init_source(self) -> str:
+        return init_source(())
+
+
+def chain_problem(c: Chain, index: int) -> str:
+    """The problem module of ``c``: a 3-D input, one statement per op; ``index`` varies its small profile."""
+    members = [CHAIN_OPS[op] for op in c.ops]
+    functional = any(e.functional for e in members)
+    imports = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n" if functional else "import torch\nfrom torch import nn\n"  # fmt: skip
+    steps = "".join(f"        x = {e.torch_expr}\n" for e in members)
+    small = 40 + 8 * (index % 5)
+    return (
+        f'"""{c.summary}, one after the other over a 3-D tensor."""\n\n{imports}\n'
+        "batch_size = 64\nseq_len = 256\ndim = 1024\n\n\n"
+        f"class Model(nn.Module):\n{c.init_source}\n"
+        f"    def forward(self, x):\n{steps}        return x\n\n\n"
+        f"def get_inputs():\n    return [{members[0].input_scale}torch.randn(batch_size, seq_len, dim)]\n\n\n"
+        "def get_init_inputs():\n    return []\n\n\n"
+        f"{_ALT_NOTE}\nKZ_SIZES = {{\n"
+        f'    "small": {{"batch_size": 2, "seq_len": 12, "dim": {small}}},\n'
+        '    "alt": {"batch_size": 3, "seq_len": 10, "dim": 56},\n}\n'
+    )
+
+
+@attrs.frozen
+class ChainProblem:
+    """One chain problem: its name (``fam_chain_<op>_<op>``), its module source and the `Chain` it computes."""
+
+    name: str
+    source: str
+    member: Chain
+    kind: str = "chain"
+
+
+def chain_problems(count: int, seed: int) -> list[ChainProblem]:
+    """``count`` chains of two different ops (``fam_chain_<op>_<op>``), the same ones for the same seed, drawn
+    from every ordered pair of `CHAIN_OPS`."""
+    import random
+
+    pairs = sorted((a, b) for a in CHAIN_OPS for b in CHAIN_OPS if a != b)
+    random.Random(seed).shuffle(pairs)
+    chains = [Chain(pair) for pair in pairs[:count]]
+    return [ChainProblem(f"fam_{c.name}", chain_problem(c, i), c) for i, c in enumerate(chains)]

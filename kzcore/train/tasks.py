@@ -19,7 +19,7 @@ from kzcore.problems import load_problems
 from kzcore.rewards import frontier_reward
 from kzcore.train.config import COLDSTART_TASKS, TrainConfig
 from kzcore.train.context import RunContext
-from kzcore.train.distill import PROBLEMS_FILE, allowed_variants
+from kzcore.train.distill import PROBLEMS_FILE, allowed_chains, allowed_variants
 from kzcore.types import Phase, Problem
 
 TASK_RATES = "task_rates.jsonl"
@@ -60,7 +60,7 @@ def fixed_draw(problems: list[Problem], count: int) -> list[Problem]:
 def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: list[Problem], pm) -> list[Problem]:
     """What ``[heldout] decontaminate`` compares with the held-out problems before the run: the cold start's
     problems ``coldstart``, the ``[problems] tasks`` problems (unless "coldstart": those are cold-start problems)
-    and, with ``[distill] variants``, every variant distillation may choose from; with ``exclude_heldout``
+    and, with ``[distill] variants``, every variant distillation may choose from (and its ``chains``); with ``exclude_heldout``
     none of the held-out ones; each once. The Proposer's modules are judged when the Coder's tasks are drawn
     from the pool (`RunProblems.coder_tasks`)."""
     held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
@@ -74,6 +74,12 @@ def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: li
             [p.name for p in heldout], pm=pm,
         )  # fmt: skip
         problems += [v.problem for v in variants]
+    if config.distill.chains:
+        chains = allowed_chains(
+            config.plugins.languages, config.distill.chains, config.distill.variant_seed, [p.name for p in heldout],
+            pm=pm,
+        )  # fmt: skip
+        problems += [v.problem for v in chains]
     return list({label(p): p for p in problems}.values())
 
 

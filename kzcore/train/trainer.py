@@ -69,7 +69,7 @@ class Trainer:
                 template=self.config.prompts.coder_template, executor=self.context.executor,
                 variants=cfg.variants, variant_seed=cfg.variant_seed, exclude=self.problems.never_distilled,
                 keep_reasoning=cfg.keep_reasoning, max_new_tokens=cfg.max_new_tokens, pm=self.pm,
-                drop_variants={name for _, name in self.problems.near},
+                drop_variants={name for _, name in self.problems.near}, chains=cfg.chains,
             )  # fmt: skip
         finally:
             if teacher is not None:

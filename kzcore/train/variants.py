@@ -11,6 +11,9 @@ Two sources:
   fp16 copies of some unary ones and row reductions over the last dim, each a KernelBench-format problem.
   Each registered language writes its own solution to a member (`Language.variant_solution`) or has none:
   kz_triton writes Triton for every member, kz_cuda NVRTC-dialect CUDA for the float32 ones.
+- **Chains** (`chain_variants`, ``[distill] chains``): two elementwise ops one after the other on a 3-D
+  input, the shape the Proposer's modules take, solved by one fused kernel. Drawn apart from the variants
+  above, so asking for chains leaves which variants a seed chooses unchanged.
 
 Exclusion rule (``exclude_heldout``): a held-out name names ops: the ``_``-separated words of the name
 (case-insensitive, leading number dropped) looked up in ``NAME_OPS`` — ``1_ReLU`` → relu, ``2_GELU`` →
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kzcore.errors import ProblemFormatError
-from kzcore.train.family import ELEMENTWISE, family_problems
+from kzcore.train.family import ELEMENTWISE, chain_problems, family_problems
 from kzcore.train.resize import resize_source, smaller_sizes
 from kzcore.types import Candidate, Problem
 
@@ -43,6 +46,7 @@ __all__ = [  # ELEMENTWISE (the family's elementwise ops) is kept importable fro
     "ELEMENTWISE",
     "NAME_OPS",
     "Variant",
+    "chain_variants",
     "choose",
     "exclude_heldout",
     "family_variants",
@@ -203,6 +207,25 @@ def family_variants(languages: Sequence[Language]) -> list[Variant]:
         if solutions:
             problem = Problem(name=fam.name, source=fam.source, level=1, path=None, suite="variants")
             out.append(Variant(problem, solutions, fam.member.op, fam.kind, fam.member.op))
+    return out
+
+
+def chain_variants(languages: list[str], count: int, seed: int, pm=None) -> list[Variant]:
+    """``count`` chains of two elementwise ops (kzcore/train/family.py's `chain_problems`, drawn by ``seed``),
+    each with the solutions of the ``languages`` that ``pm`` registers and that write one (kind "chain"; a chain
+    computes no single op, so only its own name can be held out)."""
+    from kzcore.plugins import languages as registered
+
+    if not count:
+        return []
+    known = registered(pm).items
+    writers = [known[name] for name in languages if name in known]
+    out = []
+    for fam in chain_problems(count, seed):
+        solutions = {lang.name: s for lang in writers if (s := lang.variant_solution(fam.member)) is not None}
+        if solutions:
+            problem = Problem(name=fam.name, source=fam.source, level=1, path=None, suite="variants")
+            out.append(Variant(problem, solutions, fam.member.name, fam.kind))
     return out
 
 

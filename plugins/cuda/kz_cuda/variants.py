@@ -34,6 +34,11 @@ LINES: dict[str, tuple[str, ...]] = {
     "squared_diff": ("float d = va - vb;", "d * d"),
     "mul": ("va * vb",),
     "maximum": ("fmaxf(va, vb)",),
+    # the ops only chains use
+    "relu6": ("fminf(fmaxf(v, 0.0f), 6.0f)",),
+    "neg": ("-v",),
+    "cos": ("cosf(v)",),
+    "sin": ("sinf(v)",),
 }
 REDUCTION_OPS = ("sum", "mean", "max")
 
@@ -45,6 +50,8 @@ def variant_solution(member) -> str | None:
         return elementwise(member)
     if member.family == "row_reduction" and member.op in REDUCTION_OPS:
         return row_reduction(member)
+    if member.family == "elementwise_chain" and all(op in LINES for op in member.ops):
+        return chain(member)
     return None
 
 
@@ -128,4 +135,34 @@ def row_reduction(r) -> str:
         "        rows = x.numel() // cols\n"
         f"        out = torch.empty({shape}, dtype=x.dtype, device=x.device)\n"
         f"        {kernel}(grid=(rows,), block=(256,), args=(x, out, i32(cols)))\n        return out\n"
+    )
+
+
+def chain(c) -> str:
+    """A chain of unary ops fused into one kernel: each op's lines in a block of their own (their temporaries
+    stay local), each updating the one register ``v``."""
+    steps = ""
+    for op in c.ops:
+        lines = LINES[op]
+        inner = "".join(f"            {line}\n" for line in lines[:-1]) + f"            v = {lines[-1]};\n"
+        steps += f"        {{  // {op}\n{inner}        }}\n"
+    kernel = f"{c.name}_kernel"
+    signature = _wrap_signature(
+        f'extern "C" __global__ void {kernel}(const float* __restrict__ x, float* __restrict__ out, long long n)'
+    )
+    return (
+        f'"""{c.summary} in CUDA: one thread per element, every op applied in registers (one read, one write)."""\n\n'
+        "import torch\nfrom torch import nn\n\nfrom kz_cuda import i64, load_kernels\n\n"
+        'SOURCE = r"""\n'
+        f"{signature} {{\n"
+        "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        f"    if (i < n) {{\n        float v = x[i];\n{steps}        out[i] = v;\n    }}\n}}\n"
+        '"""\n\n'
+        f'{kernel} = load_kernels(SOURCE)["{kernel}"]\n\n\n'
+        "def cdiv(a, b):\n    return (a + b - 1) // b\n\n\n"
+        f"class ModelNew(nn.Module):\n{c.init_source}\n"
+        "    def forward(self, x):\n        x = x.contiguous()\n        out = torch.empty_like(x)\n"
+        "        n = x.numel()\n"
+        f"        {kernel}(grid=(cdiv(n, 256),), block=(256,), args=(x, out, i64(n)))\n"
+        "        return out\n"
     )

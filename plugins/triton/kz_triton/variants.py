@@ -39,6 +39,11 @@ LINES: dict[str, tuple[str, ...]] = {
     "squared_diff": ("d = a - b", "d * d"),
     "mul": ("a * b",),
     "maximum": ("tl.maximum(a, b)",),
+    # the ops only chains use
+    "relu6": ("tl.minimum(tl.maximum(x, 0.0), 6.0)",),
+    "neg": ("-x",),
+    "cos": ("tl.cos(x)",),
+    "sin": ("tl.sin(x)",),
 }
 REDUCTION_OPS = ("sum", "mean", "max")
 
@@ -49,6 +54,8 @@ def variant_solution(member) -> str | None:
         return elementwise(member)
     if member.family == "row_reduction" and member.op in REDUCTION_OPS:
         return row_reduction(member)
+    if member.family == "elementwise_chain" and all(op in LINES for op in member.ops):
+        return chain(member)
     return None
 
 
@@ -103,4 +110,26 @@ def row_reduction(r) -> str:
         "        x2 = x.reshape(-1, N)\n        out = x.new_empty((x2.shape[0],))\n        BLOCK = 1024\n"
         f"        {kernel}[(x2.shape[0],)](x2, out, N, x2.stride(0), x2.stride(1), BLOCK=BLOCK)\n"
         f"        return out.view({shape})\n"
+    )
+
+
+def chain(c) -> str:
+    """A chain of unary ops fused into one kernel: each op's lines in turn, each rebinding ``x``."""
+    steps = ""
+    for op in c.ops:
+        lines = LINES[op]
+        steps += f"    # {op}\n" + "".join(f"    {line}\n" for line in lines[:-1]) + f"    x = {lines[-1]}\n"
+    kernel = f"{c.name}_kernel"
+    return (
+        f'"""{c.summary} as one Triton kernel: every op applied in registers (one read, one write)."""\n\n'
+        "import torch\nimport triton\nimport triton.language as tl\nfrom torch import nn\n\n\n"
+        f"@triton.jit\ndef {kernel}(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):\n"
+        "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    mask = offsets < n_elements\n"
+        f"    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)\n{steps}"
+        "    tl.store(out_ptr + offsets, x, mask=mask)\n\n\n"
+        f"class ModelNew(nn.Module):\n{c.init_source}\n"
+        "    def forward(self, x):\n        x = x.contiguous()\n        out = torch.empty_like(x)\n"
+        "        n = x.numel()\n        BLOCK = 1024\n"
+        f"        {kernel}[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)\n"
+        "        return out\n"
     )
