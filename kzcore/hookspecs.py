@@ -195,8 +195,8 @@ def kz_instrument_candidate(language: str, module: ModuleType) -> LaunchCounter 
     :param language: the candidate's kernel language.
     :param module: the loaded candidate module.
     :return: a `LaunchCounter` (or a plain zero-argument callable) giving how many of the module's kernels
-        have launched so far, or None when ``language`` is not this plugin's. A forward that launches none is
-        ``hack_suspected``. The evaluator keeps the instrumentation on while it times the candidate, so timed calls
+        have launched so far, or None when ``language`` is not this plugin's. A forward that launches none and
+        returns a tensor is ``hack_suspected`` (one that returns no tensor is ``incorrect``). The evaluator keeps the instrumentation on while it times the candidate, so timed calls
         take the launch path its trials took; a LaunchCounter's ``bare()`` takes it off for tools that time a
         candidate outside the evaluator. The core's default asks ``Language.instrument``.
 

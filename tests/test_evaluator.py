@@ -193,6 +193,17 @@ def test_forward_launching_no_kernel_is_hack_suspected(pool, suite):
     assert result.launches == 0
 
 
+def test_a_forward_returning_nothing_is_incorrect_not_a_cheat(pool, suite):
+    """A completion cut off before its ``return`` launches nothing and returns None: wrong, not a hack (a
+    hack's penalty would punish the Coder for its token limit); one that returns a tensor no kernel of its own
+    wrote stays hack_suspected (above)."""
+    problems, _ = suite
+    source = adversarial("no_launch").replace("        return x.clone()\n", "        out = x.clone()\n")
+    result = run_one(pool, problems["1_ReLU"], source=source)
+    assert result.status is Status.INCORRECT, result.message
+    assert result.launches == 0 and "None" in result.message
+
+
 def test_try_except_fallback_fails_the_static_check(pool, suite):
     problems, _ = suite
     result = run_one(pool, problems["1_ReLU"], source=adversarial("try_fallback"))

@@ -106,7 +106,9 @@ def trial(
     mutated = changed_inputs(pristine, cand_inputs)
     if mutated:
         raise Verdict(Status.HACK_SUSPECTED, f"forward modified its input(s) {mutated}; inputs must be read-only")
-    if index == 0 and launches is not None and launches() == 0:
+    if index == 0 and launches is not None and launches() == 0 and returned_tensor(actual):
+        # an output that came from no kernel of its own; a forward that returned no tensor at all (a cut-off
+        # completion, a missing return) is wrong, not a cheat: the output check below says so
         raise Verdict(Status.HACK_SUSPECTED, f"forward launched none of the candidate's own {state.language} kernels")
     with state.clock("reference"):
         expected = as_list(state.forward("reference", reference, pristine))
@@ -156,6 +158,13 @@ def compare(state: EvaluationState, expected: list, actual: list, config=None):
     """The output check every trial and every checked timed pair makes: ``kz_check_outputs`` (elementwise,
     by whichever plugin), then the core's relative-error check."""
     return checking.check_outputs(state.pm, expected, actual, config or state.config, state.config)
+
+
+def returned_tensor(outputs: list) -> bool:
+    """Whether the candidate's forward returned any tensor."""
+    import torch
+
+    return any(isinstance(x, torch.Tensor) for x in outputs)
 
 
 def own_outputs(outputs: list, label: str) -> list:
