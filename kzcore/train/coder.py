@@ -376,8 +376,8 @@ def run_coder_phase(
 ) -> dict:  # fmt: skip
     """GRPO the Coder at ``model`` on ``problems`` (one prompt each, in order); the checkpoint lands in
     ``output_dir``, with ``tasks.jsonl`` (the prompts trained on), ``pass_rates.json`` (each task's
-    [correct, samples] over the phase) and ``samples.jsonl`` (every completion with its verdict). ``prompt_for`` builds the Coder prompt (default: the kernelbench
-    template)."""
+    [correct, samples] over the phase) and ``samples.jsonl`` (every completion with its verdict). ``prompt_for``
+    builds the Coder prompt (default: the kernelbench template)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     if prompt_for is None:
         prompt_for = functools.partial(build_prompt, language=language, template="kernelbench", pm=pm)

@@ -60,8 +60,8 @@ def fixed_draw(problems: list[Problem], count: int) -> list[Problem]:
 def training_problems(config: TrainConfig, coldstart: list[Problem], heldout: list[Problem], pm) -> list[Problem]:
     """What ``[heldout] decontaminate`` compares with the held-out problems before the run: the cold start's
     problems ``coldstart``, the ``[problems] tasks`` problems (unless "coldstart": those are cold-start problems)
-    and, with ``[distill] variants``, every variant distillation may choose from (and its ``chains``); with ``exclude_heldout``
-    none of the held-out ones; each once. The Proposer's modules are judged when the Coder's tasks are drawn
+    and, with ``[distill] variants``, every variant distillation may choose from, and with ``[distill] chains``
+    the chains it draws; with ``exclude_heldout`` none of the held-out ones; each once. The Proposer's modules are judged when the Coder's tasks are drawn
     from the pool (`RunProblems.coder_tasks`)."""
     held = {(p.level, p.name) for p in heldout} if config.problems.exclude_heldout else set()
     problems = list(coldstart)

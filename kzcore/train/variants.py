@@ -1,7 +1,7 @@
 """More cold-start data: variant problems with candidate solutions that distillation verifies like any other
 teacher output (kzcore/train/distill.py evaluates them; only correct ones become SFT rows).
 
-Two sources:
+Three sources:
 
 - **Size variants** of a suite problem that ships a reference solution in the language: smaller copies of
   the problem (kzcore/train/resize.py says which constants shrink and how). The solution is the reference
