@@ -142,6 +142,13 @@ def test_self_play_rounds_and_targets(tmp_path):
     assert rows[0]["proposer_task_statuses"] is None  # no samples kept for round 1
     assert rows[1]["proposer_task_statuses"] == {"compile_error": 2, "correct": 1}  # the built-in task not counted
     assert "| compile_error 2, correct 1 |" in "\n".join(selfplay.markdown({"m": rows}))
+    # an rft round keeps no GRPO samples: its verified samples say the same
+    rft = run / "phases" / "01-coder" / "rft"
+    rft.mkdir(parents=True)
+    verified = [{"type": "run"}, {"type": "result", "problem": "proposed_m1", "status": "incorrect"},
+                {"type": "result", "problem": "fam_abs", "status": "correct"}]  # fmt: skip
+    (rft / "x2-results-cuda.jsonl").write_text("".join(json.dumps(r) + "\n" for r in verified))
+    assert selfplay.rounds(run)[0]["proposer_task_statuses"] == {"incorrect": 1}
     assert rows[0]["acceptance"] == 0.5 and rows[0]["api_sets"] == 2 and rows[0]["frontier_share"] == 0.5
     assert rows[0]["first_failed_gate"] == {GATE_ORDER[0]: 2} and rows[0]["top_template_share"] == 0.5
     assert rows[1]["frontier_share"] == 0.5 and rows[1]["proposer_task_share"] == 0.4

@@ -23,16 +23,21 @@ def first_rate(record) -> float | None:
 
 def proposer_task_statuses(run: Path, number: int) -> dict[str, int] | None:
     """The verdicts of round ``number``'s Coder completions on Proposer tasks (names ``proposed_…``), most
-    frequent first; None where the run kept no samples for that phase. The run's own file only, never its
-    origin's: a fork's Coder rounds are its own (an `rft` fork keeps no GRPO samples, and its origin's would
-    be another arm's)."""
-    from kzcore.jsonl import read_jsonl, stored
+    frequent first: a GRPO phase's samples (PHASE/model/samples.jsonl), or an `rft` phase's verified samples
+    (PHASE/rft/*results-LANGUAGE.jsonl); None where the run kept neither. The run's own files only, never its
+    origin's: a fork's Coder rounds are its own, and its origin's would be another arm's."""
+    from kzcore.jsonl import read_jsonl, stored, stored_glob
 
-    path = stored(run / f"phases/{number:02d}-coder/model/samples.jsonl")
-    if not path.exists():
+    phase = run / f"phases/{number:02d}-coder"
+    path = stored(phase / "model/samples.jsonl")
+    if path.exists():
+        rows = [(r["task"].split("/", 1)[-1], r["status"]) for r in read_jsonl(path)]
+    elif files := stored_glob(phase / "rft", "*results-*.jsonl"):
+        rows = [(r["problem"], r["status"]) for f in files for r in read_jsonl(f) if r.get("type") == "result"]
+    else:
         return None
-    rows = [r for r in read_jsonl(path) if r["task"].split("/", 1)[-1].startswith("proposed_")]
-    return dict(collections.Counter(r["status"] for r in rows).most_common())
+    counts = collections.Counter(status for task, status in rows if task.startswith("proposed_"))
+    return dict(counts.most_common())
 
 
 def rounds(run: Path) -> list[dict]:
