@@ -2,7 +2,8 @@
 (RUN/pool.jsonl: proposed, accepted, the accepted ones' distinct API sets and dedup keys, and how many sat at the
 Coder's frontier when first measured) and the share of the Coder's prompts that came from the Proposer (the Coder
 phase's `proposer_task_share` in RUN/state.json), with the verdicts the Coder's completions on those tasks got
-(PHASE/model/samples.jsonl, where the run kept one). Used by report.py beside the held-out figures."""
+(a GRPO phase's PHASE/model/samples.jsonl or an `rft` phase's verified samples, where the run kept them). Used
+by report.py beside the held-out figures."""
 
 from __future__ import annotations
 

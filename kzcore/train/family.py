@@ -1,13 +1,14 @@
 """The op family: generated KernelBench-format problems for cold start (kzcore/train/variants.py) —
 elementwise activations, a few binary and fused elementwise ops, fp16 copies of some unary ones, and row
-reductions over the last dim; and, when a config asks for them, chains of two elementwise ops (`Chain`). This
-module writes the problems, in PyTorch only. The solutions are each
-language's own (`Language.variant_solution`, given a member of this module: an `Elementwise`, a
-`RowReduction` or a `Chain`); a language that has none for a member returns None, and distillation keeps only solutions
-the evaluator verifies."""
+reductions over the last dim; and, when a config asks for them, chains of two elementwise ops (`Chain`).
+This module writes the problems, in PyTorch only. The solutions are each language's own
+(`Language.variant_solution`, given a member of this module: an `Elementwise`, a `RowReduction` or a
+`Chain`); a language that has none for a member returns None, and distillation keeps only solutions the
+evaluator verifies."""
 
 from __future__ import annotations
 
+import random
 from typing import ClassVar
 
 import attrs
@@ -288,8 +289,6 @@ class ChainProblem:
 def chain_problems(count: int, seed: int) -> list[ChainProblem]:
     """``count`` chains of two different ops (``fam_chain_<op>_<op>``), the same ones for the same seed, drawn
     from every ordered pair of `CHAIN_OPS`."""
-    import random
-
     pairs = sorted((a, b) for a in CHAIN_OPS for b in CHAIN_OPS if a != b)
     random.Random(seed).shuffle(pairs)
     chains = [Chain(pair) for pair in pairs[:count]]

@@ -201,44 +201,44 @@ def reference_sources(problems: list[Problem], language: str, suite: str, pm=Non
 def family_variants(languages: Sequence[Language]) -> list[Variant]:
     """The members of the op family (kzcore/train/family.py) that at least one of ``languages`` writes a
     solution for (`Language.variant_solution`), with those solutions."""
-    out = []
-    for fam in family_problems():
-        solutions = {lang.name: s for lang in languages if (s := lang.variant_solution(fam.member)) is not None}
-        if solutions:
-            problem = Problem(name=fam.name, source=fam.source, level=1, path=None, suite="variants")
-            out.append(Variant(problem, solutions, fam.member.op, fam.kind, fam.member.op))
-    return out
+    return [v for fam in family_problems() if (v := _solved(fam, languages, fam.member.op, fam.member.op))]
 
 
 def chain_variants(languages: list[str], count: int, seed: int, pm=None) -> list[Variant]:
     """``count`` chains of two elementwise ops (kzcore/train/family.py's `chain_problems`, drawn by ``seed``),
     each with the solutions of the ``languages`` that ``pm`` registers and that write one (kind "chain"; a chain
     computes no single op, so only its own name can be held out)."""
+    if not count:  # nothing asked for: no plugin lookup
+        return []
+    writers = _writers(languages, pm)
+    return [v for fam in chain_problems(count, seed) if (v := _solved(fam, writers, fam.member.name, ""))]
+
+
+def _solved(fam, languages: Sequence[Language], origin: str, op: str) -> Variant | None:
+    """The generated problem ``fam`` with the solutions ``languages`` write for its member; None when none
+    writes one."""
+    solutions = {lang.name: s for lang in languages if (s := lang.variant_solution(fam.member)) is not None}
+    if not solutions:
+        return None
+    problem = Problem(name=fam.name, source=fam.source, level=1, path=None, suite="variants")
+    return Variant(problem, solutions, origin, fam.kind, op)
+
+
+def _writers(languages: list[str], pm) -> list[Language]:
+    """The registered `Language`s among the names ``languages`` (those ``pm`` does not register write none)."""
     from kzcore.plugins import languages as registered
 
-    if not count:
-        return []
     known = registered(pm).items
-    writers = [known[name] for name in languages if name in known]
-    out = []
-    for fam in chain_problems(count, seed):
-        solutions = {lang.name: s for lang in writers if (s := lang.variant_solution(fam.member)) is not None}
-        if solutions:
-            problem = Problem(name=fam.name, source=fam.source, level=1, path=None, suite="variants")
-            out.append(Variant(problem, solutions, fam.member.name, fam.kind))
-    return out
+    return [known[name] for name in languages if name in known]
 
 
 def generate(problems: list[Problem], languages: list[str], suite: str = "builtin", pm=None) -> list[Variant]:
     """Size variants of ``problems`` that ``suite`` ships reference solutions for (in any of ``languages``),
     then the op family; solutions only for ``languages``, and family solutions only from the ones ``pm``
     registers."""
-    from kzcore.plugins import languages as registered
-
     refs = {lang: reference_sources(problems, lang, suite, pm=pm) for lang in languages}
     out = []
     for p in problems:
         solutions = {lang: refs[lang][p.name] for lang in languages if p.name in refs[lang]}
         out += size_variants(p, solutions)
-    known = registered(pm).items
-    return out + family_variants([known[name] for name in languages if name in known])
+    return out + family_variants(_writers(languages, pm))
