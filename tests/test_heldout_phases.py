@@ -34,6 +34,12 @@ def test_ends_scores_the_held_out_problems_for_base_sft_and_the_last_coder_phase
     assert all(every.scores_heldout(p) for p in every.config.schedule.phases())
 
 
+def test_last_skips_the_sft_model_that_an_earlier_run_of_the_seed_scored(tmp_path):
+    last = trainer(tmp_path, phases="last")
+    scored = [p for p in [Phase("base", 0, 0), *last.config.schedule.phases()] if last.scores_heldout(p)]
+    assert [(p.role, p.round) for p in scored] == [("base", 0), ("coder", 2)]
+
+
 def test_validation_problems_are_fixed_by_the_config_and_never_trained_on(tmp_path):
     run = trainer(tmp_path, validation=3)
     names = [p.name for p in run.problems.validation]

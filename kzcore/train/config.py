@@ -212,10 +212,11 @@ class HeldoutSection:
     # held-out evaluation also scores the clean subset (heldout_clean_pass@k); "drop-train": the same, and the
     # training problems that near-duplicate a held-out problem are left out of training
     decontaminate: typing.Literal["off", "report", "drop-train"] = "off"
-    # which phases score the held-out problems: "every" (the base model, SFT and every Coder phase) or "ends" (the
+    # which phases score the held-out problems: "every" (the base model, SFT and every Coder phase), "ends" (the
     # base model, SFT and the schedule's last Coder phase: a large held-out suite is read once per configuration,
-    # and the phases between get the validation and probe curves only)
-    phases: typing.Literal["every", "ends"] = "every"
+    # and the phases between get the validation and probe curves only) or "last" (as "ends" without the SFT model:
+    # a run that repeats a cold start another run of the same config and seed has already scored)
+    phases: typing.Literal["every", "ends", "last"] = "every"
     # this many of the cold start's problems, drawn once with a fixed seed (the same in every run of a config),
     # are kept out of distillation (their variants too), SFT and the Coder's tasks, and scored at every held-out
     # evaluation in the first language (validation_* metrics): the split to choose settings on, so that the

@@ -290,7 +290,9 @@ def format_plan(plan: dict) -> list[str]:
     lines.append(
         f"held-out: n = {h['n']}, pass@k for k in {h['k']}, after "
         + ("the base model, " if h["base"] else "")
-        + ("SFT and every Coder phase" if h["phases"] == "every" else "SFT and the last Coder phase")
+        + {"every": "SFT and every Coder phase", "ends": "SFT and the last Coder phase"}.get(
+            h["phases"], "the last Coder phase"
+        )
         + (f"; {h['validation']} cold-start problems kept out of training (validation)" if h["validation"] else "")
         + (f"; with {h['probe']} fixed training problems (the probe)" if h["probe"] else "")
     )

@@ -184,8 +184,9 @@ class Trainer:
         figure. With ``[heldout] decontaminate``, the same samples scored on the clean held-out problems alone
         too (``heldout_{language}_clean_pass@k``; ``heldout_clean_pass@k`` for the first language). With
         ``[heldout] phases = "ends"`` the held-out problems are scored only for the base model, after SFT and
-        after the last Coder phase. At every evaluation, in the first language: ``[heldout] validation``
-        problems (keys ``validation_...``) and ``[heldout] probe`` training problems (keys ``probe_...``)."""
+        after the last Coder phase; with ``"last"``, not after SFT either. At every evaluation, in the first
+        language: ``[heldout] validation`` problems (keys ``validation_...``) and ``[heldout] probe`` training
+        problems (keys ``probe_...``)."""
         full = self.problems.heldout and self.scores_heldout(phase)
         extra = [(name, problems) for name, problems in self.side_sets() if problems]
         if not full and not extra:
@@ -210,7 +211,8 @@ class Trainer:
 
     def scores_heldout(self, phase: Phase) -> bool:
         """Whether ``phase`` scores the held-out problems (``[heldout] phases``)."""
-        if self.config.heldout.phases == "every" or phase.role in ("base", "sft"):
+        mode = self.config.heldout.phases
+        if mode == "every" or phase.role == "base" or (phase.role == "sft" and mode == "ends"):
             return True
         coders = [p for p in self.config.schedule.phases() if p.role == "coder"]
         return bool(coders) and phase_id(phase) == phase_id(coders[-1])
