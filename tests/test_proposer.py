@@ -648,6 +648,59 @@ def test_cold_start_rows_answer_each_modules_own_api_set_and_never_show_it():
     )  # another Conv2d problem is still shown
 
 
+def test_per_api_examples_show_each_requested_api_on_its_own_and_never_the_answer():
+    """``[proposer] examples = "per-api"``: one module per requested API that uses it, alone where one does; a
+    module using exactly the requested set is never shown (the answer to copy); an API no module shows gets
+    none and the suite's examples fill up to ``count``."""
+    from kzcore.proposer.prompt import api_examples, api_pool
+
+    cat = builtin_catalog()
+    suite = load_examples(cat)
+    pool = api_pool([p for spec in ("builtin:1", "builtin:2") for p in load_problems(spec)], cat)
+    for seed in range(5):
+        shown = choose_examples(suite, ["Conv2d", "Mish"], random.Random(seed), 2, per_api=pool)
+        assert [p.name for p in shown][:1] in (["24_Conv2d"], ["27_Conv2dStride2"])  # Conv2d alone, not with Mish
+        assert len(shown) == 2 and shown[1].level == 2  # the suite's pair, filling in for Mish
+    # Mish is shown only with Conv2d (10_Conv2d_Mish): that module is the requested set itself, so it is left out
+    assert [p.name for p in api_examples(pool, ["Conv2d", "Mish"], random.Random(0))] in (
+        ["24_Conv2d"],
+        ["27_Conv2dStride2"],
+    )
+    alone = api_examples(pool, ["Sigmoid", "Tanh"], random.Random(1))
+    assert [p.name for p in alone][0] == "3_Sigmoid"  # the API on its own beats 2_Gemm_Scale_Sigmoid & co.
+    assert alone[1].name in {"9_Conv2d_Tanh_Scale", "12_Conv2d_ChannelMin_Tanh"}  # the fewest APIs that show Tanh
+    # a request whose own module is the only one showing it: none (never the answer), the suite fills in
+    assert api_examples(pool, ["Argmax"], random.Random(0)) == []
+    filled = choose_examples(suite, ["Argmax"], random.Random(0), 2, per_api=pool)
+    assert filled == choose_examples(suite, ["Argmax"], random.Random(0), 2)
+    # four APIs: four examples, more than count, none twice
+    many = choose_examples(suite, ["ReLU", "GELU", "Sigmoid", "Softplus"], random.Random(0), 2, per_api=pool)
+    assert [p.name for p in many] == ["1_ReLU", "2_GELU", "3_Sigmoid", "5_Softplus"]
+
+
+def test_per_api_cold_start_rows_show_every_requested_api_but_never_the_module():
+    from kzcore.proposer.prompt import cold_start_rows
+
+    cat = builtin_catalog()
+    problems = [p for spec in ("builtin:1", "builtin:2") for p in load_problems(spec)]
+    rows, counts = cold_start_rows(problems, cat, load_examples(cat), per_api=True)
+    assert counts["rows"] == len(problems)
+    by_name = {p.name: p for p in problems}
+    apis = {p.name: set(check_ast(p.source, [], cat).apis_used) for p in problems}
+    for row in rows:
+        user = row["prompt"][1]["content"]
+        assert by_name[row["problem"]].source.strip() not in user
+        examples = [p for p in problems if p.source.strip() in user]
+        assert len(examples) >= 2
+        used = set().union(*(apis[p.name] for p in examples))
+        wanted = set(row["apis"])
+        for api in wanted:  # shown wherever another module, not the requested set itself, uses it
+            others = [n for n, u in apis.items() if n != row["problem"] and api in u and u != wanted]
+            assert api in used or not others, (row["problem"], api)
+    plain, _ = cold_start_rows(problems, cat, load_examples(cat))
+    assert [r["prompt"] for r in plain] != [r["prompt"] for r in rows]
+
+
 def test_extract_module():
     assert extract_module(f"Here:\n```python\n{VALID}```\nDone.") == VALID
     two = f"```python\nclass Model:\n    pass\n```\n```python\n{VALID_RENAMED}```"

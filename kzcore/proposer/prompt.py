@@ -1,6 +1,7 @@
 """The Proposer's prompt: chat messages asking for a KernelBench-format module that uses exactly a given API
 set, with realistic GPU sizes and a small CPU profile, showing one or two modules of the built-in suite as
-examples (preferring ones that share an API with the request)."""
+examples (preferring ones that share an API with the request), or first, with ``[proposer] examples = "per-api"``,
+a cold-start module for each requested API that shows it."""
 
 from __future__ import annotations
 
@@ -45,22 +46,42 @@ Reply with one ```python block holding the whole module and nothing else."""
 
 def load_examples(catalog: Catalog, suites: Sequence[str] = EXAMPLE_SUITES, pm=None) -> list[tuple[Problem, set[str]]]:
     """The example problems with the catalog APIs each uses."""
+    return api_pool([problem for spec in suites for problem in load_problems(spec, pm=pm)], catalog)
+
+
+def api_pool(problems: Sequence[Problem], catalog: Catalog) -> list[tuple[Problem, set[str]]]:
+    """The modules of ``problems`` that parse, with the catalog APIs each uses: the pool of ``[proposer] examples
+    = "per-api"``."""
     import ast
 
-    examples = []
-    for spec in suites:
-        for problem in load_problems(spec, pm=pm):
-            examples.append((problem, set(apis_used(ast.parse(problem.source), catalog))))
-    return examples
+    pool = []
+    for problem in problems:
+        try:
+            pool.append((problem, set(apis_used(ast.parse(problem.source), catalog))))
+        except SyntaxError:
+            continue
+    return pool
 
 
 def choose_examples(
-    examples: Sequence[tuple[Problem, set[str]]], apis: Sequence[str], rng: random.Random, count: int = 2
+    examples: Sequence[tuple[Problem, set[str]]],
+    apis: Sequence[str],
+    rng: random.Random,
+    count: int = 2,
+    per_api: Sequence[tuple[Problem, set[str]]] = (),
 ) -> list[Problem]:
     """``count`` distinct examples: of the level matching the request (1 for one API, 2 for a combination)
-    where there are such, preferring ones that share an API with it; seeded by ``rng``."""
-    if count <= 0 or not examples:
+    where there are such, preferring ones that share an API with it; seeded by ``rng``.
+
+    With ``per_api`` (``[proposer] examples = "per-api"``), first one module of ``per_api`` for each requested API
+    that uses it (`api_examples`), then as many of ``examples`` as ``count`` still allows."""
+    if count <= 0:
         return []
+    shown = api_examples(per_api, apis, rng) if per_api else []
+    names = {p.name for p in shown}
+    examples = [e for e in examples if e[0].name not in names]
+    if len(shown) >= count or not examples:
+        return shown
     level = 1 if len(apis) == 1 else 2
     pool = [e for e in examples if e[0].level == level] or list(examples)
     wanted = set(apis)
@@ -68,7 +89,25 @@ def choose_examples(
     rest = [e for e in pool if not e[1] & wanted]
     rng.shuffle(sharing)
     rng.shuffle(rest)
-    return [problem for problem, _ in (sharing + rest)[:count]]
+    return shown + [problem for problem, _ in (sharing + rest)[: count - len(shown)]]
+
+
+def api_examples(pool: Sequence[tuple[Problem, set[str]]], apis: Sequence[str], rng: random.Random) -> list[Problem]:
+    """For each API of the request, one module of ``pool`` that uses it: one that uses no other requested API and
+    the fewest APIs besides where there is a choice (the API shown on its own), drawn by ``rng`` among those; never
+    a module that uses exactly the requested set (the answer to copy), and no module twice. An API that no module
+    of ``pool`` shows gets none."""
+    wanted = set(apis)
+    chosen: list[Problem] = []
+    for api in apis:
+        taken = {p.name for p in chosen}
+        fits = [(p, used) for p, used in pool if api in used and used != wanted and p.name not in taken]
+        if not fits:
+            continue
+        best = min((len(used & wanted), len(used)) for _, used in fits)
+        tier = [p for p, used in fits if (len(used & wanted), len(used)) == best]
+        chosen.append(tier[rng.randrange(len(tier))])
+    return chosen
 
 
 def build_proposer_prompt(apis: Sequence[TorchApi], examples: Sequence[Problem] = ()) -> Chat:
@@ -96,15 +135,19 @@ def cold_start_rows(
     examples: Sequence[tuple[Problem, set[str]]],
     seed: int = 0,
     count: int = 2,
+    per_api: bool = False,
 ) -> tuple[list[dict], dict[str, int]]:
     """SFT rows for the Proposer's cold start: for each problem module, the Proposer prompt for the catalog
     APIs it uses (with ``count`` examples, never the problem itself or the suite problem it is a variant of)
     and the module, fenced, as the answer -- the prompt and reply format a Proposer must produce before its
     frontier reward can pay anything. Only modules that pass the Proposer's own AST gate for their API set
-    become rows; the second value counts the rows and why the others were left out."""
+    become rows; the second value counts the rows and why the others were left out. ``per_api``: the prompts
+    show, first, a module of ``problems`` for each requested API (`choose_examples`' ``per_api``), as the
+    Proposer's prompts then do."""
     rng = random.Random(seed)
     rows: list[dict] = []
     skipped = {"no_catalog_api": 0, "fails_ast_gate": 0}
+    shows = api_pool(problems, catalog) if per_api else []
     for problem in problems:
         check = check_ast(problem.source, (), catalog)  # the gate, and the APIs the module uses
         if not check.ok:
@@ -115,7 +158,9 @@ def cold_start_rows(
             skipped["no_catalog_api"] += 1
             continue
         own = {problem.name, problem.name.split("__v", 1)[0]}
-        shown = choose_examples([e for e in examples if e[0].name not in own], apis, rng, count)
+        shown = choose_examples(
+            [e for e in examples if e[0].name not in own], apis, rng, count, [e for e in shows if e[0].name not in own]
+        )
         rows.append(
             {
                 "prompt": build_proposer_prompt([catalog.get(a) for a in apis], shown),

@@ -156,6 +156,8 @@ class ProposerRun:
     example_pool: list
     history: list[TaskRecord]
     seen: dict[str, str]  # dedup key → id of the accepted task that has it
+    # ``[proposer] examples = "per-api"``: the modules (with the APIs each uses) that show each requested API first
+    api_examples: list = attrs.field(factory=list)
 
     def prompts(self, size: int) -> tuple[list[tuple[str, ...]], list[list[dict[str, str]]]]:
         """``size`` API sets drawn from the history, and the Proposer prompt for each."""
@@ -163,7 +165,7 @@ class ProposerRun:
         chats = [
             build_proposer_prompt(
                 [self.catalog.get(a) for a in apis],
-                choose_examples(self.example_pool, apis, self.rng, self.examples),
+                choose_examples(self.example_pool, apis, self.rng, self.examples, self.api_examples),
             )
             for apis in api_sets
         ]

@@ -120,6 +120,12 @@ class ProposerSection:
     # known APIs; "compose": the composer's modules made when the run starts, decontaminated against its held-out
     # problems (RUN/composed.jsonl, with its coverage table); "": none
     cold_start_modules: str = ""
+    # the examples in the Proposer's prompt (its cold start's and its phases' alike): "suite" (the method's: two
+    # modules of the built-in suite, preferring ones that share a requested API) or "per-api" (first, for each
+    # requested API, a module of the Proposer's cold start that uses it, on its own where one does and never with
+    # exactly the requested set; then the suite's up to two): the Proposer sees each API it is asked for used
+    # correctly, where the suite shows about a third of the catalog
+    examples: typing.Literal["suite", "per-api"] = "suite"
     # a departure from the method (docs/proposer.md): false pays every gate failure gate_penalty (the method);
     # true pays by how far the module got (kzcore.proposer.gates.FAILURE_STAGES: no parse < no Model/forward/
     # get_inputs < a requested API missing < did not run < ran but nondeterministic, non-finite or degenerate)

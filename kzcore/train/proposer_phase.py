@@ -27,7 +27,7 @@ from kzcore.prompts import build_prompt
 from kzcore.proposer.catalog import load_catalog
 from kzcore.proposer.gates import AstGateConfig, apis_used, failure_stage
 from kzcore.proposer.pool import Diversity, PassRate, TaskRecord, append_records, diversity, read_pool
-from kzcore.proposer.prompt import load_examples
+from kzcore.proposer.prompt import api_pool, load_examples
 from kzcore.proposer.propose import ProposerRun
 from kzcore.proposer.sampler import SamplerConfig, coder_task_records
 from kzcore.rewards import frontier_reward, gate_failure_reward
@@ -191,6 +191,8 @@ def run_proposer_phase(
         params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
         example_pool=examples, history=history + coder_tasks,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
+        api_examples=api_pool(problems.proposer_cold_start_problems(), catalog)
+        if cfg.proposer.examples == "per-api" else [],
     )  # fmt: skip
     n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
     api_sets, chats = phase_prompts(run, n_prompts, phase_dir / "prompts.jsonl")

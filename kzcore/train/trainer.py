@@ -100,7 +100,10 @@ class Trainer:
 
         problems = self.problems.proposer_cold_start_problems()
         catalog = load_catalog()
-        rows, counts = cold_start_rows(problems, catalog, load_examples(catalog, pm=self.pm), seed=self.config.run.seed)
+        rows, counts = cold_start_rows(
+            problems, catalog, load_examples(catalog, pm=self.pm), seed=self.config.run.seed,
+            per_api=self.config.proposer.examples == "per-api",
+        )  # fmt: skip
         if not rows:
             raise KzError(
                 f"[proposer] cold_start_steps: none of {len(problems)} cold-start problems makes a Proposer row {counts}"
