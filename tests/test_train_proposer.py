@@ -132,3 +132,60 @@ def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, mo
     assert "ReLU" in known and 20 < len(known) < len(catalog.apis) and metrics["known_apis"] == len(known)
     # 64 single-API sets: with 0.001 for an unseen API, about 1 in 3 of ~80 unseen would show up in 64 draws
     assert len(seen["apis"]) == 64 and sum(apis[0] not in known for apis in seen["apis"]) <= 3
+
+
+def test_per_api_examples_reach_the_proposer_phases_prompts(tmp_path, monkeypatch):
+    """``[proposer] examples = "per-api"``: each prompt of a Proposer phase shows a module of the Proposer's cold
+    start for its requested API; ``"suite"`` shows the suite's."""
+    pytest.importorskip("datasets")
+    import types
+
+    import attrs
+
+    from kzcore.train import proposer_phase
+    from kzcore.train.config import TrainConfig
+    from kzcore.types import Phase, Problem
+
+    relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+    # a cold-start module that shows Tanh (which no level-1 suite module uses) after ReLU; relu's module is the
+    # request {ReLU} itself, never shown for it, so the chain shows ReLU too
+    chain = Problem(name="relu_tanh", level=2, source=relu.source.replace("torch.relu(x)", "torch.tanh(torch.relu(x))"))
+    prompts = {}
+
+    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None, **kwargs):
+        prompts["run"] = dataset["prompt"]
+        return {"steps": 1}
+
+    def phase_prompts(examples: str) -> list:
+        config = TrainConfig()
+        config = attrs.evolve(
+            config,
+            # single APIs drawn mostly among the ~40 the examples show (Tanh among them): Tanh is drawn
+            proposer=attrs.evolve(config.proposer, set_size=(1, 1), examples=examples, unseen_weight=0.001),
+            proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=128, num_generations=1),
+        )
+        context = types.SimpleNamespace(
+            config=config, pm=None, executor=None, language="triton", coder_prompt=None, log=print,
+            policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
+        )  # fmt: skip
+        problems = types.SimpleNamespace(
+            pool_path=tmp_path / f"{examples}-pool.jsonl", proposer_cold_start_problems=lambda: [relu, chain],
+            tasks=[relu], task_results=lambda: {},
+        )  # fmt: skip
+        phase_dir = tmp_path / examples
+        phase_dir.mkdir()
+        (phase_dir / "rewards.jsonl").write_text("")
+        proposer_phase.run_proposer_phase(
+            context, problems, Phase("proposer", 1, 1), phase_dir, coder_checkpoint="c", proposer_checkpoint="p"
+        )
+        return prompts.pop("run")
+
+    monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
+    per_api = phase_prompts("per-api")
+    users = [c[1]["content"] for c in per_api]
+    asked = [u for u in users if "- Tanh (" in u or "- ReLU (" in u]
+    assert len(asked) >= 2 and any("- Tanh (" in u for u in asked)
+    assert all(chain.source.strip() in u for u in asked)
+    assert all(chain.source.strip() not in u for u in users if u not in asked)
+    suite = phase_prompts("suite")
+    assert all(chain.source.strip() not in c[1]["content"] for c in suite)
