@@ -120,6 +120,20 @@ def test_kz_compose_writes_problems_a_coverage_table_and_cold_start_rows(tmp_pat
     rows = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["completion"][0]["content"].startswith("```python\n") for r in rows)
     assert rows[0]["apis"] == ["ReLU"] and "ReLU" in rows[0]["prompt"][-1]["content"]
+    # --sft-examples per-api: each row shows first a composed module that uses its API, never the row's own
+    assert main([*argv, "--sft", str(tmp_path / "per-api.jsonl"), "--sft-examples", "per-api"]) == 0
+    per_api = [json.loads(line) for line in (tmp_path / "per-api.jsonl").read_text().splitlines()]
+    by_name = {p.name: p.source.strip() for p in problems}
+    for row in per_api:
+        user = row["prompt"][-1]["content"]
+        shown = [n for n, src in by_name.items() if src in user]
+        assert row["problem"] not in shown
+        uses = {n: set(check_ast(by_name[n], [], CATALOG).apis_used) for n in by_name}
+        others = [
+            n for n in by_name if n != row["problem"] and uses[n] & set(row["apis"]) and uses[n] != set(row["apis"])
+        ]
+        assert bool(shown) == bool(others)
+    assert [r["prompt"] for r in per_api] != [r["prompt"] for r in rows]
 
 
 def test_kz_composes_default_keeps_clear_of_kernelbench_and_its_modules_pass_the_sandboxed_check(own_workers):

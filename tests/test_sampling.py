@@ -115,6 +115,29 @@ def test_kz_propose_files_every_module_and_pool_stats_reports(plugins, tmp_path,
     assert main(["pool", "stats", str(tmp_path / "missing.jsonl")]) == 1
 
 
+def test_kz_propose_examples_from_shows_a_module_for_each_requested_api(plugins, tmp_path, capsys):
+    """`kz propose --examples-from SPEC`: every prompt shows, first, a module of SPEC that uses its requested API
+    (here the one module, a chain of the two APIs asked for one at a time); without it, the suite's only."""
+    plugins("kz_triton", "tests.fakes_policy")
+    relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+    chain = relu.source.replace("torch.relu(x)", "torch.tanh(torch.relu(x))")
+    spec = tmp_path / "shows.jsonl"
+    spec.write_text(json.dumps({"name": "relu_tanh", "level": 2, "code": chain}) + "\n")
+    argv = ["propose", "--policy", "recording", "--n", "64", "--batch-size", "64", "--min-apis", "1", "--max-apis", "1"]
+    argv += ["--workers", "1"]
+    fakes_policy.PROMPTS.clear()
+    assert main([*argv, "--out", str(tmp_path / "a.jsonl"), "--examples-from", str(spec), "--seed", "7"]) == 0
+    asked = [c[-1]["content"] for c in fakes_policy.PROMPTS]
+    fakes_policy.PROMPTS.clear()
+    assert main([*argv, "--out", str(tmp_path / "b.jsonl"), "--seed", "7"]) == 0
+    plain = [c[-1]["content"] for c in fakes_policy.PROMPTS]
+    assert len(asked) == len(plain) == 64 and any("- ReLU (" in u or "- Tanh (" in u for u in asked)
+    for with_shows, without in zip(asked, plain):
+        wanted = "- ReLU (" in with_shows or "- Tanh (" in with_shows
+        assert (chain.strip() in with_shows) == wanted and chain.strip() not in without
+    capsys.readouterr()
+
+
 def test_the_cost_of_a_held_out_evaluation_counts_only_what_was_sampled_now(tmp_path):
     """A resumed evaluation reuses the completions an earlier run left: their tokens are not this call's, so
     tokens/s reads the rows sampled now over the sampling time; nothing sampled gives no rate, not 0."""

@@ -23,6 +23,7 @@ def _cmd_propose(args) -> int:
     from kzcore.proposer.sampler import SamplerConfig
 
     catalog = load_catalog(*args.catalog)
+    shows = [p for spec in args.examples_from for p in _load_problems(spec, None)]
     policy = load_policy(args.policy)
     console = Console()
     args.saved = f"modules so far are in {args.out}"
@@ -33,7 +34,7 @@ def _cmd_propose(args) -> int:
             config=_config_from(args), seed=args.seed, round=args.round,
             sampler=SamplerConfig(min_size=args.min_apis, max_size=args.max_apis),
             params=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens),
-            batch_size=args.batch_size,
+            batch_size=args.batch_size, api_examples=shows,
             progress=lambda r: console.print(f"{r.id} {'+'.join(r.apis)}: {r.failed_gate or 'accepted'}"),
         )  # fmt: skip
     finally:
@@ -77,8 +78,9 @@ def _cmd_compose(args) -> int:
         from kzcore.proposer.prompt import cold_start_rows, load_examples
 
         rows, counts = cold_start_rows(
-            [m.to_problem() for m in result.modules], catalog, load_examples(catalog), args.seed
-        )
+            [m.to_problem() for m in result.modules], catalog, load_examples(catalog), args.seed,
+            per_api=args.sft_examples == "per-api",
+        )  # fmt: skip
         write_text_atomic(Path(args.sft), "".join(json.dumps(r) + "\n" for r in rows))
         print(f"Proposer cold-start SFT rows: {counts['rows']} -> {args.sft}")
     return 0 if result.modules else 1
@@ -139,6 +141,11 @@ def _configure_propose(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument("--max-new-tokens", type=int, default=768, help="most tokens per module")
+    parser.add_argument(
+        "--examples-from", action="append", default=[], metavar="SPEC",
+        help="problems (a spec, repeatable) whose modules the prompt shows first, one for each requested API that "
+        "uses it ([proposer] examples = \"per-api\"; e.g. kz compose's OUT); default: the suite's examples only",
+    )  # fmt: skip
     # the Proposer's gates are problem checks too, kept short: most proposed modules are small
     _add_eval_args(
         parser, ("device", "timeout_s"),
@@ -170,6 +177,11 @@ def _configure_compose(parser) -> None:
         help="KernelBench checkout for kernelbench specs (default: $KZ_KERNELBENCH, else kz_suites' copy)",
     )  # fmt: skip
     parser.add_argument("--sft", default=None, metavar="FILE.jsonl", help="also write the Proposer cold-start SFT rows")
+    parser.add_argument(
+        "--sft-examples", choices=("suite", "per-api"), default="suite",
+        help="the SFT rows' prompt examples ([proposer] examples): per-api shows a composed module for each "
+        "requested API first (then kz propose --examples-from OUT asks the same way)",
+    )  # fmt: skip
 
 
 def _configure_pool(parser) -> None:

@@ -8,7 +8,7 @@ import random
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,9 +29,9 @@ from kzcore.proposer.gates import (
     runtime_gates,
 )
 from kzcore.proposer.pool import TaskRecord, append_records, read_pool
-from kzcore.proposer.prompt import build_proposer_prompt, choose_examples, load_examples, prompt_hash
+from kzcore.proposer.prompt import api_pool, build_proposer_prompt, choose_examples, load_examples, prompt_hash
 from kzcore.proposer.sampler import SamplerConfig, sample_api_sets
-from kzcore.types import EvalConfig
+from kzcore.types import EvalConfig, Problem
 
 _MODEL_CLASS = re.compile(r"^class\s+Model\s*[(:]", re.MULTILINE)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
@@ -86,6 +86,7 @@ def propose(
     ast_config: AstGateConfig = AstGateConfig(),
     progress: Callable[[TaskRecord], None] | None = None,
     pm=None,
+    api_examples: Sequence[Problem] = (),
 ) -> ProposeSummary:
     """Ask ``policy`` for ``n`` problem modules and append one TaskRecord per module to ``pool_path``
     (failures included, with their reasons), batch by batch so an interrupted run keeps what it made.
@@ -95,6 +96,8 @@ def propose(
     default); it is called once per batch, only for modules that passed the AST gate and are not
     duplicates. A module is a duplicate when its dedup key (normalized AST + API set +
     shapes) matches an accepted task in the pool or an earlier module of this run that is still in play.
+    ``api_examples``: modules the prompt shows first, one for each requested API that uses it (``[proposer]
+    examples = "per-api"``: kzcore.proposer.prompt.api_examples).
     """
     if n < 1:
         raise ProposerError(f"propose: n must be >= 1, got {n}")
@@ -117,6 +120,7 @@ def propose(
         example_pool=load_examples(catalog, pm=pm) if examples > 0 else [],
         history=history,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
+        api_examples=api_pool(api_examples, catalog),
     )
     made: list[TaskRecord] = []
     for start in range(0, n, batch_size):
