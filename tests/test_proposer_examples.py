@@ -1,0 +1,59 @@
+"""experiments/proposer_examples: both arms (the suite's examples, per-api examples) end to end on a tiny model on
+the CPU -- cold-start rows, the Proposer's SFT, proposals through the gates, per-arm summaries with intervals -- and
+a second call resumes from the summaries instead of training again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.proposer_examples import run as experiment
+from tests.tinymodel import build_tiny_checkpoint
+
+
+def test_wilson_interval():
+    assert experiment.wilson(0, 0) == (0.0, 1.0)
+    lo, hi = experiment.wilson(16, 64)
+    assert lo == pytest.approx(0.16, abs=0.01) and hi == pytest.approx(0.37, abs=0.01)
+    assert experiment.wilson(0, 64)[0] == 0.0 and experiment.wilson(64, 64)[1] == 1.0
+
+
+def test_both_arms_on_a_tiny_model_and_a_resume(tmp_path, monkeypatch, plugins, one_torch_thread, training):
+    pytest.importorskip("trl")
+    plugins("kz_models")
+    from kzcore.jsonl import write_text_atomic
+    from kzcore.proposer.catalog import load_catalog
+    from kzcore.proposer.composer import compose
+
+    def small(out):  # the composer's modules for two APIs: the whole catalog takes minutes on this CPU
+        path = out / "composed.jsonl"
+        if not path.exists():
+            result = compose(load_catalog(), apis=["ReLU", "Conv2d"])
+            write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+        return path
+
+    monkeypatch.setattr(experiment, "composed", small)
+    tiny = build_tiny_checkpoint(tmp_path / "tiny")
+    argv = ["--out", str(tmp_path / "out"), "--n", "3", "--steps", "1", "--batch-size", "3", "--device", "cpu"]
+    assert experiment.main([*argv, "--base", str(tiny)]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert set(summary["arms"]) == {"suite", "per-api"}
+    for name, arm in summary["arms"].items():
+        assert arm["proposed"] == 3 and arm["seeds"] == [0] and 0 <= arm["accepted"] <= 3
+        run = json.loads((tmp_path / "out" / f"{name}-s0" / "summary.json").read_text())
+        assert run["sft_rows"] == 6 and sum(run["failures"].values()) + run["accepted"] == 3
+        assert len((tmp_path / "out" / f"{name}-s0" / "pool.jsonl").read_text().splitlines()) == 3
+    rows = {
+        name: [json.loads(x) for x in (tmp_path / "out" / f"{name}-s0" / "proposer-sft.jsonl").read_text().splitlines()]
+        for name in ("suite", "per-api")
+    }
+    # the arms' rows differ only in their prompts' examples
+    assert [r["completion"] for r in rows["suite"]] == [r["completion"] for r in rows["per-api"]]
+    assert [r["prompt"] for r in rows["suite"]] != [r["prompt"] for r in rows["per-api"]]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("an arm with a summary ran again")
+
+    monkeypatch.setattr(experiment, "arm", no_training)
+    assert experiment.main([*argv, "--base", str(tiny)]) == 0  # resumed: every arm read back from its summary
