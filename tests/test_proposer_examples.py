@@ -35,7 +35,20 @@ def test_both_arms_on_a_tiny_model_and_a_resume(tmp_path, monkeypatch, plugins, 
 
     monkeypatch.setattr(experiment, "composed", small)
     tiny = build_tiny_checkpoint(tmp_path / "tiny")
-    argv = ["--out", str(tmp_path / "out"), "--n", "3", "--steps", "1", "--batch-size", "3", "--device", "cpu"]
+    argv = [
+        "--out",
+        str(tmp_path / "out"),
+        "--n",
+        "3",
+        "--steps",
+        "1",
+        "--batch-size",
+        "3",
+        "--device",
+        "cpu",
+        "--workers",
+        "1",
+    ]
     assert experiment.main([*argv, "--base", str(tiny)]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert set(summary["arms"]) == {"suite", "per-api"}

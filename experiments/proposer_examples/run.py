@@ -58,7 +58,9 @@ def composed(out: Path) -> Path:
     return path
 
 
-def arm(out: Path, name: str, seed: int, *, base: str, steps: int, n: int, batch: int, device: str) -> dict:
+def arm(
+    out: Path, name: str, seed: int, *, base: str, steps: int, n: int, batch: int, device: str, workers: int | None
+) -> dict:
     """One arm at one seed: the cold-start rows, the Proposer's SFT, ``n`` proposals through the gates."""
     from kzcore.evaluate.problem_check import check_problems
     from kzcore.policy import SamplingParams, load_policy
@@ -88,7 +90,8 @@ def arm(out: Path, name: str, seed: int, *, base: str, steps: int, n: int, batch
     t0 = time.perf_counter()
     try:
         summary = propose(
-            policy, n, catalog=catalog, pool_path=pool, check_problems=check_problems, seed=seed, round=0,
+            policy, n, catalog=catalog, pool_path=pool, check_problems=functools.partial(check_problems, workers=workers),
+            seed=seed, round=0,
             sampler=SamplerConfig(min_size=1, max_size=2),
             params=SamplingParams(temperature=1.0, max_new_tokens=768), batch_size=batch,
             api_examples=modules if name == "per-api" else (),
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=160, help="the Proposer's cold-start SFT steps")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--workers", type=int, default=None, help="gate workers (default: one per GPU, or cores/2)")
     parser.add_argument("--base", default=None, help="the Proposer's base checkpoint (default: the embedded SmolLM2)")
     args = parser.parse_args(argv)
     if args.base is None:
@@ -131,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.arms:
             path = args.out / f"{name}-s{seed}" / "summary.json"
             if not path.exists():
-                run = functools.partial(arm, base=args.base, steps=args.steps, n=args.n, batch=args.batch_size)
-                result = run(args.out, name, seed, device=args.device)
+                result = arm(
+                    args.out, name, seed, base=args.base, steps=args.steps, n=args.n, batch=args.batch_size,
+                    device=args.device, workers=args.workers,
+                )  # fmt: skip
                 print(f"{name} seed {seed}: {result['accepted']} of {result['proposed']} accepted", flush=True)
             done.append(json.loads(path.read_text()))
     total = {}
