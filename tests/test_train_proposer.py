@@ -86,9 +86,10 @@ def test_duplicate_module_in_the_same_step_gets_the_penalty(pool, tmp_path):
     assert [r.failed_gate for r in read_pool(tmp_path / "pool.jsonl")] == [None, "duplicate"]
 
 
-def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, monkeypatch):
-    """[proposer] unseen_weight: the phase's API sets lean to the APIs of the Proposer's examples, the cold
-    start's problems and the Coder's tasks; the phase reports how many that is."""
+def run_phase(tmp_path, monkeypatch, cold_start, name="phase", batch_size=64, **proposer):
+    """One Proposer phase of a default config with ``[proposer]`` settings ``proposer``, single-API sets,
+    ``batch_size`` one-sample prompts and ``cold_start`` as the Proposer's cold-start problems (and the Coder's
+    task), GRPO replaced by a recorder: (the phase's metrics, the GRPO dataset)."""
     pytest.importorskip("datasets")
     import types
 
@@ -101,91 +102,68 @@ def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, mo
     seen = {}
 
     def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None, **kwargs):
-        seen["apis"] = dataset["apis"]
+        seen["dataset"] = dataset
         return {"steps": 1}
 
-    relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
     config = TrainConfig()
     config = attrs.evolve(
         config,
-        proposer=attrs.evolve(config.proposer, unseen_weight=0.001, set_size=(1, 1)),
-        proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=64, num_generations=1),
+        proposer=attrs.evolve(config.proposer, set_size=(1, 1), **proposer),
+        proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=batch_size, num_generations=1),
     )
     context = types.SimpleNamespace(
         config=config, pm=None, executor=None, language="triton", coder_prompt=None, log=print,
         policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
     )  # fmt: skip
     problems = types.SimpleNamespace(
-        pool_path=tmp_path / "pool.jsonl", proposer_cold_start_problems=lambda: [relu], tasks=[relu],
-        task_results=lambda: {},
+        pool_path=tmp_path / f"{name}-pool.jsonl", proposer_cold_start_problems=lambda: cold_start,
+        tasks=cold_start[:1], task_results=lambda: {},
     )  # fmt: skip
     monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
-    (tmp_path / "phase").mkdir()
-    (tmp_path / "phase" / "rewards.jsonl").write_text("")
+    phase_dir = tmp_path / name
+    phase_dir.mkdir()
+    (phase_dir / "rewards.jsonl").write_text("")
     metrics = proposer_phase.run_proposer_phase(
-        context, problems, Phase("proposer", 1, 1), tmp_path / "phase", coder_checkpoint="c", proposer_checkpoint="p"
+        context, problems, Phase("proposer", 1, 1), phase_dir, coder_checkpoint="c", proposer_checkpoint="p"
     )
-    catalog = load_catalog()
-    from kzcore.proposer.prompt import load_examples
+    return metrics, seen["dataset"]
 
+
+def test_the_proposer_phase_starts_its_draw_on_the_apis_it_has_seen(tmp_path, monkeypatch):
+    """[proposer] unseen_weight: the phase's API sets lean to the APIs of the Proposer's examples, the cold
+    start's problems and the Coder's tasks; the phase reports how many that is."""
+    from kzcore.proposer.prompt import load_examples
+    from kzcore.train import proposer_phase
+
+    relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
+    metrics, dataset = run_phase(tmp_path, monkeypatch, [relu], unseen_weight=0.001)
+    catalog = load_catalog()
     known = proposer_phase.known_apis(catalog, [p for p, _ in load_examples(catalog)] + [relu])
     assert "ReLU" in known and 20 < len(known) < len(catalog.apis) and metrics["known_apis"] == len(known)
     # 64 single-API sets: with 0.001 for an unseen API, about 1 in 3 of ~80 unseen would show up in 64 draws
-    assert len(seen["apis"]) == 64 and sum(apis[0] not in known for apis in seen["apis"]) <= 3
+    apis = dataset["apis"]
+    assert len(apis) == 64 and sum(a[0] not in known for a in apis) <= 3
 
 
 def test_per_api_examples_reach_the_proposer_phases_prompts(tmp_path, monkeypatch):
     """``[proposer] examples = "per-api"``: each prompt of a Proposer phase shows a module of the Proposer's cold
     start for its requested API; ``"suite"`` shows the suite's."""
-    pytest.importorskip("datasets")
-    import types
-
-    import attrs
-
-    from kzcore.train import proposer_phase
-    from kzcore.train.config import TrainConfig
-    from kzcore.types import Phase, Problem
+    from kzcore.types import Problem
 
     relu = next(p for p in load_problems("builtin:1") if p.name == "1_ReLU")
     # a cold-start module that shows Tanh (which no level-1 suite module uses) after ReLU; relu's module is the
     # request {ReLU} itself, never shown for it, so the chain shows ReLU too
     chain = Problem(name="relu_tanh", level=2, source=relu.source.replace("torch.relu(x)", "torch.tanh(torch.relu(x))"))
-    prompts = {}
 
-    def fake_grpo(model, dataset, funcs, settings, output_dir, pm=None, **kwargs):
-        prompts["run"] = dataset["prompt"]
-        return {"steps": 1}
-
-    def phase_prompts(examples: str) -> list:
-        config = TrainConfig()
-        config = attrs.evolve(
-            config,
-            # single APIs drawn mostly among the ~40 the examples show (Tanh among them): Tanh is drawn
-            proposer=attrs.evolve(config.proposer, set_size=(1, 1), examples=examples, unseen_weight=0.001),
-            proposer_grpo=attrs.evolve(config.proposer_grpo, batch_size=128, num_generations=1),
+    def users(examples: str) -> list[str]:  # single APIs drawn mostly among the ~40 the examples show, Tanh too
+        _, dataset = run_phase(
+            tmp_path, monkeypatch, [relu, chain], examples, 128, examples=examples, unseen_weight=0.001
         )
-        context = types.SimpleNamespace(
-            config=config, pm=None, executor=None, language="triton", coder_prompt=None, log=print,
-            policy_for=lambda ckpt: types.SimpleNamespace(close=lambda: None),
-        )  # fmt: skip
-        problems = types.SimpleNamespace(
-            pool_path=tmp_path / f"{examples}-pool.jsonl", proposer_cold_start_problems=lambda: [relu, chain],
-            tasks=[relu], task_results=lambda: {},
-        )  # fmt: skip
-        phase_dir = tmp_path / examples
-        phase_dir.mkdir()
-        (phase_dir / "rewards.jsonl").write_text("")
-        proposer_phase.run_proposer_phase(
-            context, problems, Phase("proposer", 1, 1), phase_dir, coder_checkpoint="c", proposer_checkpoint="p"
-        )
-        return prompts.pop("run")
+        return [c[1]["content"] for c in dataset["prompt"]]
 
-    monkeypatch.setattr(proposer_phase, "run_grpo", fake_grpo)
-    per_api = phase_prompts("per-api")
-    users = [c[1]["content"] for c in per_api]
-    asked = [u for u in users if "- Tanh (" in u or "- ReLU (" in u]
+    per_api = users("per-api")
+    asked = [u for u in per_api if "- Tanh (" in u or "- ReLU (" in u]
     assert len(asked) >= 2 and any("- Tanh (" in u for u in asked)
     assert all(chain.source.strip() in u for u in asked)
-    assert all(chain.source.strip() not in u for u in users if u not in asked)
-    suite = phase_prompts("suite")
-    assert all(chain.source.strip() not in c[1]["content"] for c in suite)
+    assert all(chain.source.strip() not in u for u in per_api if u not in asked)
+    assert all(chain.source.strip() not in u for u in users("suite"))
