@@ -526,7 +526,9 @@ def test_runtime_verdicts_on_the_gpu(plugins, tmp_path):
         "        relu_kernel(grid=((n + 255) // 256,), block=(256,), args=(x, out, i32(n)))\n", ""
     )
     oob = candidate(kernel_line="    if (i < n) out[i + (1ll << 40)] = x[i];")
+    cut_off = candidate().split("        relu_kernel(grid=")[0]  # a completion cut at its token limit: no return
     sources = {0: hidden_matmul, 1: never_launched, 2: oob, 3: candidate(), 4: candidate("out = torch.matmul(x, x)")}
+    sources[5] = cut_off
     cands = [Candidate(problem="1_ReLU", language="cuda", level=1, sample=s, source=src) for s, src in sources.items()]
     results = {r.sample: r for r in evaluate(problems, cands, GPU_CONFIG, tmp_path / "r.jsonl", workers=1, pm=pm)}
     assert results[0].status is Status.HACK_SUSPECTED and "aten.mm" in results[0].message, results[0].message
@@ -535,3 +537,4 @@ def test_runtime_verdicts_on_the_gpu(plugins, tmp_path):
     assert results[2].status is Status.RUNTIME_ERROR, results[2].message
     assert results[3].status is Status.CORRECT, results[3].message  # the pool replaced the poisoned worker
     assert results[4].status is Status.STATIC_CHECK_FAILED
+    assert results[5].status is Status.INCORRECT and results[5].launches == 0, results[5].message  # not a cheat
