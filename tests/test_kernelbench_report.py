@@ -250,6 +250,29 @@ def test_a_run_cut_off_before_its_final_evaluation_is_compared_with_nothing(tmp_
     assert "rft-s0: its final model was never scored" in out.with_suffix(".md").read_text()
 
 
+def test_a_fork_whose_run_did_not_score_its_sft_model_is_compared_with_the_other_arms_only(tmp_path):
+    """A forks-only session with the main job's ``[heldout] phases = "last"`` leaves the fork no SFT score: the
+    fork is compared with the other arms of its seed, and the report says why it has no "vs SFT" row."""
+    import shutil
+
+    from experiments.kernelbench.report import main
+
+    sft = {"1_A": 2}
+    write_run(tmp_path / "grpo", {"1_A": 4}, sft)
+    write_run(tmp_path / "rft", {"1_A": 3}, sft)
+    rft = tmp_path / "rft"
+    shutil.rmtree(rft / "heldout" / "00-sft")
+    rows = [json.loads(line) for line in (rft / "heldout.jsonl").read_text().splitlines()]
+    (rft / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["phase"] != "00-sft"))
+    out = tmp_path / "report" / "kb"
+    assert main([f"ca-grpo-s0={tmp_path / 'grpo'}", f"rft-s0={rft}", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["sft_unscored"] == ["rft-s0"]
+    pairs = {(c["arm"], c["vs"]) for c in report["comparisons"] if "seed" in c}
+    assert pairs == {("ca-grpo", "SFT"), ("ca-grpo", "rft")}
+    assert "rft-s0: its run did not score its own SFT model" in out.with_suffix(".md").read_text()
+
+
 def test_every_model_is_scored_on_the_problems_every_run_kept(tmp_path):
     """Runs of different sessions check the problems afresh: a problem one run kept and another flagged counts
     for neither model, so the rows compare like with like."""

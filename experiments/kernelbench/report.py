@@ -227,7 +227,9 @@ def fmt(s: dict | None) -> str:
     return f"{s['mean']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
 
 
-def markdown(rows: list[dict], compared: list[dict], n: int, unscored: dict[str, str] | None = None) -> str:
+def markdown(
+    rows: list[dict], compared: list[dict], n: int, unscored: dict[str, str] | None = None, no_sft: tuple[str, ...] = ()
+) -> str:
     head = f"| model | phase | level | language | problems | pass@1 [95% CI] | pass@{n} | fast_1 | clean pass@1 |"
     lines = [
         "## Held-out: KernelBench",
@@ -238,6 +240,9 @@ def markdown(rows: list[dict], compared: list[dict], n: int, unscored: dict[str,
     for name, phase in (unscored or {}).items():
         lines += [f"{name}: its final model was never scored (the run ended after {phase}, before its final "
                   "evaluation); its rows are its earlier models and it takes part in no difference.", ""]  # fmt: skip
+    for name in no_sft:
+        lines += [f"{name}: its run did not score its own SFT model (a session that ran only forks, with the main "
+                  "job's `[heldout] phases = \"last\"`): it is compared with the other arms of its seed only.", ""]  # fmt: skip
     lines += [head, "|" + " --- |" * 9]
     for r in rows:
         lines.append(
@@ -321,16 +326,17 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = (run, tables)
         rows += model_rows_
     unscored = {name: phase for name, (run, tables) in models.items() if (phase := unscored_end(run, tables))}
+    no_sft = tuple(name for name, (_, tables) in models.items() if not any(p == "00-sft" for p, _ in tables))
     compared = comparisons(models, unscored)
     play = {name: selfplay.rounds(run) for name, (run, _) in models.items()}
     report = {
         "problems": {"kept_by_every_run": len(problems[0]), "clean": len(problems[1]) if problems[1] is not None else None},
-        "rows": rows, "comparisons": compared, "unscored_end": unscored,
+        "rows": rows, "comparisons": compared, "unscored_end": unscored, "sft_unscored": list(no_sft),
         "self_play": {name: {"rounds": r, "targets": selfplay.targets(r)} for name, r in play.items()},
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    text = markdown(rows, compared, args.n, unscored) + "\n" + "\n".join(selfplay.markdown(play)) + "\n"
+    text = markdown(rows, compared, args.n, unscored, no_sft) + "\n" + "\n".join(selfplay.markdown(play)) + "\n"
     args.out.with_suffix(".md").write_text(text)
     plot(rows, play, args.out.with_suffix(".png"))
     print(text)
