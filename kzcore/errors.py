@@ -4,6 +4,7 @@ except CompileError, which a language plugin raises from kz_load_candidate and t
 
 import contextlib
 import signal
+import threading
 
 
 class KzError(Exception):
@@ -43,10 +44,14 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def sigterm_raises():
-    """Within the block SIGTERM raises `Terminated`; the handler that was there before is put back after.
-    Outside the main thread, where no handler can be set, SIGTERM is left as it is."""
+    """Within the block SIGTERM raises `Terminated` (held back inside `sigterm_deferred`); the handler that was
+    there before is put back after. Outside the main thread, where no handler can be set, SIGTERM is left as it
+    is."""
 
     def handler(signum, frame):
+        if _deferral["depth"]:
+            _deferral["pending"] = signal.Signals(signum).name
+            return
         raise Terminated(signal.Signals(signum).name)
 
     try:
@@ -58,3 +63,25 @@ def sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+_deferral: dict = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def sigterm_deferred():
+    """A step that must not be cut halfway: a SIGTERM that `sigterm_raises` turns into `Terminated` within the
+    block is raised when the block ends instead. Handing a new worker process its start-up data is one: cut
+    there, the child dies on a half-read pickle and prints its traceback after the run's last words. In the
+    main thread only (where the handler raises); elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _deferral["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferral["depth"] -= 1
+        if not _deferral["depth"] and _deferral["pending"]:
+            name, _deferral["pending"] = _deferral["pending"], None
+            raise Terminated(name)

@@ -114,6 +114,27 @@ def test_sigterm_raises_only_inside_and_the_previous_handler_comes_back(bench_mo
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_sigterm_inside_a_deferred_step_is_raised_when_the_step_ends():
+    """sigterm_deferred (kzcore.errors): a step that must not be cut halfway (a worker handed its start-up
+    data and made known to the pool) runs to its end under a SIGTERM, which is raised right after; nested
+    steps raise only at the outermost end; a step without a SIGTERM raises nothing."""
+    from kzcore.errors import Terminated, sigterm_deferred, sigterm_raises
+
+    done = []
+    with pytest.raises(Terminated, match="SIGTERM"), sigterm_raises():
+        with sigterm_deferred():
+            with sigterm_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                done.append("inner")
+            done.append("outer")
+        done.append("after")  # not reached: raised as the outer step ended
+    assert done == ["inner", "outer"]
+    with sigterm_raises(), sigterm_deferred():
+        done.append("quiet")
+    assert done[-1] == "quiet"
+
+
 def test_a_failed_write_leaves_the_previous_report_whole(bench_modules, tmp_path):
     """write_json_atomic (bench/report.py): the new report replaces the old at once; one that cannot be written
     (here a cycle) leaves the old file as it was and no temporary file."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from kzcore.errors import KzError
+from kzcore.errors import KzError, sigterm_deferred
 from kzcore.executors.channel import ChannelError, _bound_reads, receive
 from kzcore.executors.processes import LOG_NAME, kill_process_tree
 from kzcore.executors.worker import worker_main, worker_workdir
@@ -234,9 +234,13 @@ class WorkerLifecycle:
         try:
             if not self.workers:
                 sweep_scratch()  # what pools killed before they could clean up left behind
-                for w in [self._spawn(i) for i in range(len(self.slots))]:
-                    self.workers[w.slot_index] = w
-                self.spares = [self._spawn(None, gpu) for gpu, n in self.spare_plan.items() for _ in range(n)]
+                with sigterm_deferred():  # every worker started is one the pool knows (`_succeed`)
+                    for i in range(len(self.slots)):
+                        w = self._spawn(i)
+                        self.workers[w.slot_index] = w
+                    for gpu, n in self.spare_plan.items():
+                        for _ in range(n):
+                            self.spares.append(self._spawn(None, gpu))
             for w in list(self.workers.values()) + list(self.spares):
                 while not w.ready:
                     if w.killed:
@@ -266,22 +270,26 @@ class WorkerLifecycle:
             )
         self.free_locks[worker.gpu].append(worker.lock_index)
         spare = self._ready_spare(worker.gpu) if worker.slot_index is not None else None
-        if spare is not None:
-            self.spares.remove(spare)
-            spare.slot_index = worker.slot_index
-            self.workers[worker.slot_index] = spare
-            new = self._spawn(None, worker.gpu)
+        # a SIGTERM (sigterm_raises) waits until the new worker has its start-up data and the pool knows it: cut
+        # inside Process.start(), the child dies on a half-written pickle and prints a traceback after the run's
+        # last words; cut before the pool knows it, close() would not reap it
+        with sigterm_deferred():
+            if spare is not None:
+                self.spares.remove(spare)
+                spare.slot_index = worker.slot_index
+                self.workers[worker.slot_index] = spare
+                new = self._spawn(None, worker.gpu)
+                new.replacement = True
+                self.spares.append(new)
+                return spare
+            new = self._spawn(worker.slot_index, worker.gpu)
             new.replacement = True
-            self.spares.append(new)
-            return spare
-        new = self._spawn(worker.slot_index, worker.gpu)
-        new.replacement = True
-        new.start_failures = worker.start_failures + 1 if worker.failed_start else 0
-        if worker.slot_index is None:
-            self.spares[self.spares.index(worker)] = new
-        else:
-            self.workers[worker.slot_index] = new
-        return new
+            new.start_failures = worker.start_failures + 1 if worker.failed_start else 0
+            if worker.slot_index is None:
+                self.spares[self.spares.index(worker)] = new
+            else:
+                self.workers[worker.slot_index] = new
+            return new
 
     def _ready_spare(self, gpu) -> _Worker | None:
         for spare in self.spares:
