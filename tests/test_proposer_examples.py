@@ -22,15 +22,13 @@ def test_wilson_interval():
 def test_both_arms_on_a_tiny_model_and_a_resume(tmp_path, monkeypatch, plugins, one_torch_thread, training):
     pytest.importorskip("trl")
     plugins("kz_models")
-    from kzcore.jsonl import write_text_atomic
     from kzcore.proposer.catalog import load_catalog
     from kzcore.proposer.composer import compose
 
     def small(out):  # the composer's modules for two APIs: the whole catalog takes minutes on this CPU
         path = out / "composed.jsonl"
         if not path.exists():
-            result = compose(load_catalog(), apis=["ReLU", "Conv2d"])
-            write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+            compose(load_catalog(), apis=["ReLU", "Conv2d"]).write(path)
         return path
 
     monkeypatch.setattr(experiment, "composed", small)

@@ -47,14 +47,13 @@ def composed(out: Path) -> Path:
     path = out / "composed.jsonl"
     if path.exists():
         return path
-    from kzcore.jsonl import write_text_atomic
     from kzcore.problems import load_problems
     from kzcore.proposer.catalog import load_catalog
     from kzcore.proposer.composer import compose
 
     heldout = [p for level in (1, 2) for p in load_problems(f"kernelbench:{level}")]
     result = compose(load_catalog(), heldout=heldout)
-    write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+    result.write(path)
     return path
 
 

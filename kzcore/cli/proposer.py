@@ -55,7 +55,7 @@ def _cmd_compose(args) -> int:
     heldout = [p for spec in args.heldout for p in _load_problems(spec, args.kernelbench)]
     result = compose(catalog, per_api=args.per_api, seed=args.seed, apis=apis, heldout=heldout)
     out = Path(args.out)
-    write_text_atomic(out, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+    result.write(out)
     table = {"heldout": list(args.heldout), "seed": args.seed, **result.coverage_table(catalog)}
     coverage = out.with_name(out.stem + ".coverage.json")
     write_text_atomic(coverage, json.dumps(table, indent=1) + "\n")

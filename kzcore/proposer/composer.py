@@ -9,6 +9,7 @@ cold_start_modules``) and a task suite, so that the first Proposer phases see ev
 from __future__ import annotations
 
 import difflib
+import json
 import random
 import string
 import tempfile
@@ -263,6 +264,12 @@ class Composition:
     failures: dict[str, int]
     missing: int
     decontaminated: int | None = None
+
+    def write(self, path: Path) -> None:
+        """The modules as a problem JSONL (`load_problems` reads it), written atomically."""
+        from kzcore.jsonl import write_text_atomic
+
+        write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in self.modules))
 
     def coverage(self, catalog: Catalog) -> dict[str, int]:
         """Catalog API -> verified modules that use it, in catalog order (0 for an API none uses)."""

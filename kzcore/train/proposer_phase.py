@@ -177,10 +177,12 @@ def run_proposer_phase(
     coder_tasks = coder_task_records(problems.tasks, results, catalog) if results else []
     examples = load_examples(catalog, pm=context.pm)
     unseen = cfg.proposer.unseen_weight
+    per_api = cfg.proposer.examples == "per-api"
+    cold_start = problems.proposer_cold_start_problems() if unseen != 1.0 or per_api else []
     known: frozenset[str] = frozenset()
     if unseen != 1.0:  # what the Proposer has seen: its prompt's examples (APIs known), the cold start's and the
         # Coder's problems (the "coldstart" tasks are among the cold start's: each module parsed once)
-        seen = {(p.level, p.name): p for p in [*problems.proposer_cold_start_problems(), *problems.tasks]}
+        seen = {(p.level, p.name): p for p in [*cold_start, *problems.tasks]}
         known = known.union(*(apis for _, apis in examples)) | known_apis(catalog, seen.values())
     sampler = SamplerConfig(
         min_size=cfg.proposer.set_size[0], max_size=cfg.proposer.set_size[1], known_apis=known, unseen_weight=unseen
@@ -191,8 +193,7 @@ def run_proposer_phase(
         params=SamplingParams(), examples=2, rng=random.Random(seed), ast_config=AstGateConfig(),
         example_pool=examples, history=history + coder_tasks,
         seen={r.dedup_key: r.id for r in history if r.accepted and r.dedup_key},
-        api_examples=api_pool(problems.proposer_cold_start_problems(), catalog)
-        if cfg.proposer.examples == "per-api" else [],
+        api_examples=api_pool(cold_start, catalog) if per_api else [],
     )  # fmt: skip
     n_prompts = phase.steps * max(1, settings.batch_size // settings.num_generations)
     api_sets, chats = phase_prompts(run, n_prompts, phase_dir / "prompts.jsonl")

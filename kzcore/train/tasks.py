@@ -265,7 +265,7 @@ class RunProblems:
         table = {"heldout": sorted(label(p) for p in self.heldout), "seed": 0, **result.coverage_table(catalog)}
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path.with_name(path.stem + ".coverage.json"), json.dumps(table, indent=1) + "\n")
-        write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in result.modules))
+        result.write(path)
         self.context.log(
             f"Proposer cold start: {table['modules']} composed modules covering {table['covered']} of "
             f"{table['catalog_apis']} catalog APIs ({result.decontaminated or 0} near a held-out problem left out) "
