@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_TRAIN = r"""
-import json, sys
+import json, os, sys, time
 from pathlib import Path
 from kzcore.train.config import load_config
 
@@ -24,6 +24,9 @@ until = args[args.index("--until") + 1] if "--until" in args else None
 run = Path(config.run.dir)
 state_path = run / "state.json"
 state = json.loads(state_path.read_text()) if state_path.exists() else {"done": [], "metrics": {}}
+if "00-distill" not in state["done"]:  # a real run loads its model and distils for a while first
+    time.sleep(float(os.environ.get("KZ_TEST_DISTILL_S", "0")))
+state["heldout_phases"] = config.heldout.phases
 for phase in ("00-distill", "00-sft", "01-coder"):
     if phase not in state["done"]:
         (run / "phases" / phase / "model").mkdir(parents=True, exist_ok=True)
@@ -77,7 +80,7 @@ def launch(tmp_path, **env_vars) -> tuple[subprocess.CompletedProcess, Path, Pat
 
 def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_job(tmp_path, timeout_wait):
     # timeout_wait: the launcher polls the main job's state every 5 s, by design
-    proc, tree, kzm = launch(tmp_path)
+    proc, tree, kzm = launch(tmp_path, KZ_TEST_DISTILL_S="6")  # polled while it distils
     configs = CONFIGS
     assert "all runs ended" in proc.stdout
     exits = [line for line in (kzm / "exits.log").read_text().split("\n") if line]
@@ -108,3 +111,20 @@ def test_a_session_of_forks_only_stops_the_main_job_after_sft(tmp_path, timeout_
     assert names == ["main", "kb-seed0-frozen"]
     assert json.loads((tree / "runs" / "kb-seed0" / "state.json").read_text())["done"] == ["00-distill", "00-sft"]
     assert json.loads((tree / "runs" / "kb-seed0-frozen" / "state.json").read_text())["done"][-1] == "01-coder"
+
+
+def test_a_session_that_skips_the_sft_score_waits_for_its_main_job_by_the_config_it_launched(tmp_path, timeout_wait):
+    """KZ_MAIN_HELDOUT=last: the main job runs from a session config that extends the seed's; the launcher, which
+    polls that job while it distils, must find it by that config, or it gives up before forking anything."""
+    forks = f"{CONFIGS}/kb-seed0-rft.toml"
+    proc, tree, kzm = launch(
+        tmp_path, KZ_FORKS=forks, KZ_MAIN_UNTIL="00-sft", KZ_MAIN_HELDOUT="last", KZ_TEST_DISTILL_S="8"
+    )
+    names = [line.split()[0] for line in (kzm / "exits.log").read_text().split("\n") if line]
+    assert names == ["main", "kb-seed0-rft"]
+    trains = [line for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("-m kzcore.cli train")]
+    assert trains[0].endswith(f"--config {CONFIGS}/.session-kb-seed0.toml --until 00-sft")
+    main = json.loads((tree / "runs" / "kb-seed0" / "state.json").read_text())
+    assert main["heldout_phases"] == "last" and main["done"] == ["00-distill", "00-sft"]
+    fork = json.loads((tree / "runs" / "kb-seed0-rft" / "state.json").read_text())
+    assert fork["done"][-1] == "01-coder" and fork["heldout_phases"] == "ends"  # the fork keeps its own config
