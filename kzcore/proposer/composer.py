@@ -19,6 +19,7 @@ from pathlib import Path
 
 import attrs
 
+from kzcore.jsonl import write_text_atomic
 from kzcore.proposer.catalog import Catalog
 from kzcore.proposer.gates import AST, DUPLICATE, CheckProblems, check_ast, dedup_key, runtime_gates
 from kzcore.types import EvalConfig, Problem, ProblemCheckJob, ProblemReport
@@ -267,8 +268,6 @@ class Composition:
 
     def write(self, path: Path) -> None:
         """The modules as a problem JSONL (`load_problems` reads it), written atomically."""
-        from kzcore.jsonl import write_text_atomic
-
         write_text_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in self.modules))
 
     def coverage(self, catalog: Catalog) -> dict[str, int]:
