@@ -128,3 +128,42 @@ def test_a_session_that_skips_the_sft_score_waits_for_its_main_job_by_the_config
     assert main["heldout_phases"] == "last" and main["done"] == ["00-distill", "00-sft"]
     fork = json.loads((tree / "runs" / "kb-seed0-rft" / "state.json").read_text())
     assert fork["done"][-1] == "01-coder" and fork["heldout_phases"] == "ends"  # the fork keeps its own config
+
+
+def wait_call(tmp_path, launcher_alive_s: float | None) -> tuple[subprocess.CompletedProcess, float]:
+    """scripts/gpu-train wait (KZ_WAIT_S 40) with no training process: the launcher's pid file names a process
+    alive for `launcher_alive_s` seconds, or a process already ended (None). Returns (process, seconds)."""
+    import time
+
+    kzm, out, tree = tmp_path / "kzm", tmp_path / "out", tmp_path / "run-tree"
+    for d in (kzm, out, tree / "runs"):
+        d.mkdir(parents=True)
+    if launcher_alive_s is None:  # a launcher that has ended (and been reaped)
+        ended = subprocess.Popen(["true"])
+        ended.wait()
+        pid = ended.pid
+    else:  # detached, as the real launcher is (setsid nohup): reaped by init when it ends, not left a zombie
+        pid = int(subprocess.run(["bash", "-c", f"sleep {launcher_alive_s} > /dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    (kzm / "launcher.pid").write_text(f"{pid}\n")
+    env = {**os.environ, "KZM": str(kzm), "OUT": str(out), "KZ_RUN_TREE": str(tree), "KZ_WAIT_S": "40",
+           "KZ_MAIN": f"{CONFIGS}/kb-seed0.toml", "KZ_SEEDS": "", "KZ_FORKS": "", "PYTHON": sys.executable}  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "scripts/gpu-train", "wait"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    return proc, time.monotonic() - t0
+
+
+def test_wait_waits_for_the_launcher_between_the_main_jobs_exit_and_a_forks_start(tmp_path, timeout_wait):
+    """After the main job's SFT no training process lives while fork_run.py copies the cold start; a wait that
+    looked only for training processes returned then, and the session lost a call's worth of device time."""
+    proc, seconds = wait_call(tmp_path, launcher_alive_s=12)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 12 <= seconds < 40  # polled every 10 s: it ends on the first poll after the launcher's exit
+    assert (tmp_path / "out" / "learn.tar.gz").exists()  # and packs, as every wait does
+
+
+def test_wait_ends_at_once_when_the_launcher_has_ended(tmp_path):
+    proc, seconds = wait_call(tmp_path, launcher_alive_s=None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seconds < 10 and (tmp_path / "out" / "learn.tar.gz").exists()
