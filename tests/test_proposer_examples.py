@@ -19,6 +19,21 @@ def test_wilson_interval():
     assert experiment.wilson(0, 64)[0] == 0.0 and experiment.wilson(64, 64)[1] == 1.0
 
 
+def test_the_arms_are_compared_per_seed_with_a_t_interval_over_seeds():
+    def run(arm, seed, accepted):
+        return {"arm": arm, "seed": seed, "acceptance": accepted / 64}
+
+    runs = [run("suite", 0, 31), run("per-api", 0, 37), run("suite", 1, 26), run("per-api", 1, 37),
+            run("suite", 2, 36), run("per-api", 2, 44), run("per-api", 3, 50)]  # fmt: skip
+    d = experiment.paired_difference(runs)
+    assert d["seeds"] == [0, 1, 2]  # seed 3 ran one arm only: no pair
+    assert d["per_seed"] == [0.0938, 0.1719, 0.125] and d["mean"] == pytest.approx(0.1302, abs=1e-4)
+    lo, hi = d["ci95_t"]  # sd 0.0393 over 3 seeds, t(2) = 4.303
+    assert lo == pytest.approx(0.0326, abs=1e-3) and hi == pytest.approx(0.2278, abs=1e-3)
+    assert experiment.paired_difference(runs[:2])["ci95_t"] is None  # one seed: no interval
+    assert experiment.paired_difference([run("suite", 0, 3)]) is None
+
+
 def test_both_arms_on_a_tiny_model_and_a_resume(tmp_path, monkeypatch, plugins, one_torch_thread, training):
     pytest.importorskip("trl")
     plugins("kz_models")
@@ -50,6 +65,7 @@ def test_both_arms_on_a_tiny_model_and_a_resume(tmp_path, monkeypatch, plugins, 
     assert experiment.main([*argv, "--base", str(tiny)]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert set(summary["arms"]) == {"suite", "per-api"}
+    assert summary["difference"]["seeds"] == [0] and summary["difference"]["ci95_t"] is None
     for name, arm in summary["arms"].items():
         assert arm["proposed"] == 3 and arm["seeds"] == [0] and 0 <= arm["accepted"] <= 3
         run = json.loads((tmp_path / "out" / f"{name}-s0" / "summary.json").read_text())

@@ -15,7 +15,8 @@ module for each requested API). For each arm and seed:
 The numbers are the Proposer's own validation: no held-out problem is read, and the composer's modules near a
 KernelBench problem are left out before training. Each (arm, seed) writes ``OUT/ARM-sSEED/summary.json`` when it
 ends and is skipped when that exists, so a run cut off resumes; ``OUT/summary.json`` gathers them with a 95 %
-Wilson interval on each acceptance rate.
+Wilson interval on each acceptance rate, and the per-api arm's acceptance minus the suite's per seed, with a 95 % t
+interval over the seeds.
 
     python experiments/proposer_examples/run.py --out runs/proposer-examples --seeds 0 1 --n 64
 """
@@ -25,9 +26,16 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from the repository root
+    sys.path.insert(0, str(ROOT))
+
+from experiments.kernelbench.report import t_interval  # noqa: E402
 
 ARMS = ("suite", "per-api")
 
@@ -40,6 +48,21 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def paired_difference(runs: list[dict], arm: str = "per-api", control: str = "suite") -> dict | None:
+    """``arm``'s acceptance minus ``control``'s, per seed that ran both (the seed fixes the SFT order and the API
+    sets drawn), with their mean and a 95 % t interval over those seeds (None below two); None when no seed ran
+    both arms."""
+    by = {(r["arm"], r["seed"]): r["acceptance"] for r in runs}
+    seeds = sorted(s for (a, s) in by if a == arm and (control, s) in by)
+    if not seeds:
+        return None
+    diffs = [by[(arm, s)] - by[(control, s)] for s in seeds]
+    t = t_interval(diffs)
+    return {"arm": arm, "vs": control, "seeds": seeds, "per_seed": [round(d, 4) for d in diffs],
+            "mean": round(sum(diffs) / len(diffs), 4),
+            "ci95_t": [round(t[1], 4), round(t[2], 4)] if t else None}  # fmt: skip
 
 
 def composed(out: Path) -> Path:
@@ -146,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         k, n = sum(d["accepted"] for d in rows), sum(d["proposed"] for d in rows)
         total[name] = {"accepted": k, "proposed": n, "acceptance": k / n if n else None,
                        "acceptance_95": [round(x, 4) for x in wilson(k, n)], "seeds": [d["seed"] for d in rows]}  # fmt: skip
-    (args.out / "summary.json").write_text(json.dumps({"arms": total, "runs": done}, indent=1) + "\n")
-    print(json.dumps(total))
+    difference = paired_difference(done)
+    (args.out / "summary.json").write_text(
+        json.dumps({"arms": total, "difference": difference, "runs": done}, indent=1) + "\n"
+    )
+    print(json.dumps({**total, "difference": difference}))
     return 0
 
 
