@@ -55,7 +55,24 @@ def gguf_path() -> Path:
 
 def source_stamp(gguf: Path) -> dict:
     stat = gguf.stat()
-    return {"gguf": gguf.name, "size": stat.st_size, "converter": 1}
+    return {"gguf": gguf.name, "size": stat.st_size, "converter": 2}
+
+
+GGUF_SPECIAL = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id"}
+
+
+def gguf_special_ids(gguf: Path) -> dict[str, int]:
+    """The special tokens' ids the GGUF's metadata names (``tokenizer.ggml.eos_token_id`` ...), by role (bos, eos,
+    pad, unk): the file's own word on them, which the converted tokenizer must keep."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf)).fields
+    ids = {}
+    for role, key in GGUF_SPECIAL.items():
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            ids[role] = int(field.parts[field.data[0]][0])
+    return ids
 
 
 def ensure_checkpoint(cache: Path | None = None, gguf: Path | None = None) -> Path:
@@ -107,7 +124,18 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the marker that makes Trainer refuse to fine-tune
+    # the special tokens as the GGUF names them: some transformers versions' GGUF tokenizer conversion names
+    # <|im_start|> the end token and leaves no pad token (5.17 does; 5.25 does not), and TRL then writes that
+    # into every trained checkpoint's config
+    special = gguf_special_ids(gguf)
+    for role, token_id in special.items():
+        setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+        if role != "unk":
+            setattr(config, f"{role}_token_id", token_id)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    for role in ("bos", "eos", "pad"):
+        if role in special:
+            setattr(model.generation_config, f"{role}_token_id", special[role])
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     if unexpected or set(missing) - tied:

@@ -561,3 +561,33 @@ def test_first_stop_picks_the_earliest_then_the_longest():
     assert first_stop("abc", ["x", ""]) is None
     assert truncate_at_stop("a</s>b</s>", ["</s>"]) == ("a", True)
     assert truncate_at_stop("ab", []) == ("ab", False)
+
+
+def test_smollm2_conversion_keeps_the_ggufs_special_tokens(tmp_path, monkeypatch, real_model):
+    """Some transformers versions' GGUF tokenizer conversion names <|im_start|> the end token and sets no pad
+    token (5.17 does); TRL then wrote eos = pad = <|im_start|> into every trained checkpoint's config. The
+    conversion takes them from the GGUF's metadata instead, whatever the loaded tokenizer says."""
+    import transformers
+
+    from kz_models import smollm2
+
+    gguf = smollm2.gguf_path()
+    assert smollm2.gguf_special_ids(gguf) == {"bos": 1, "eos": 2, "pad": 2, "unk": 0}
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def as_transformers_5_17(*args, **kwargs):
+        tokenizer = real(*args, **kwargs)
+        if kwargs.get("gguf_file"):
+            tokenizer.eos_token, tokenizer.pad_token = "<|im_start|>", None
+        return tokenizer
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", as_transformers_5_17)
+    smollm2.convert_gguf(gguf, tmp_path)
+    monkeypatch.undo()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    special = (tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token)
+    assert special == ("<|im_end|>", "<|im_end|>", "<|im_start|>")
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    generation = transformers.GenerationConfig.from_pretrained(tmp_path)
+    assert (config.eos_token_id, config.pad_token_id, config.bos_token_id) == (2, 2, 1)
+    assert (generation.eos_token_id, generation.pad_token_id) == (2, 2)
