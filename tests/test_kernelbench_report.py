@@ -191,6 +191,33 @@ def test_how_far_the_samples_got(tmp_path):
     assert "## How far the samples got" in out.with_suffix(".md").read_text()
 
 
+def test_completion_lengths_per_model_from_the_completions_beside_the_results(tmp_path):
+    """How often a model's completions run into the token limit, and how long they are, from the completions
+    file of each scored phase (gzipped as committed records are): per problem, then averaged over the kept ones."""
+    import gzip
+
+    from experiments.kernelbench.report import main
+
+    write_run(tmp_path / "grpo", {"1_A": 1}, {})
+    lengths = {"1_A": [("length", 1536)] * 3 + [("stop", 400)], "2_B": [("stop", 200)] * 4,
+               "3_C": [("length", 1536)] * 4, "4_D": [("length", 1536)] * 4}  # 4_D: flagged, not averaged  # fmt: skip
+    lines = [json.dumps({"problem": name, "level": 2 if name in ("3_C", "4_D") else 1, "sample": i,
+                         "completion": "...", "finish_reason": why, "tokens": tokens})
+             for name, samples in lengths.items() for i, (why, tokens) in enumerate(samples)]  # fmt: skip
+    with gzip.open(tmp_path / "grpo" / "heldout" / "02-coder" / "completions-cuda.jsonl.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    out = tmp_path / "report" / "kb"
+    assert main([f"ca-grpo-s0={tmp_path / 'grpo'}", "--out", str(out)]) == 0
+    rows = {(r["phase"], r["level"]): r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    final = rows[("02-coder", "all")]
+    assert final["at_limit"]["mean"] == pytest.approx((0.75 + 0 + 1) / 3)
+    assert final["tokens"]["mean"] == pytest.approx(((3 * 1536 + 400) / 4 + 200 + 1536) / 3)
+    assert rows[("02-coder", 1)]["at_limit"]["mean"] == pytest.approx(0.75 / 2)
+    assert "at_limit" not in rows[("00-sft", "all")]  # no completions recorded for that phase: no figure, not 0
+    md = out.with_suffix(".md").read_text()
+    assert "## Completion lengths" in md and "| ca-grpo-s0 | 02-coder | cuda | 0.583 [" in md
+
+
 def test_records_stored_from_an_archive_leave_out_what_a_fork_shares(tmp_path):
     """experiments/kernelbench/records.py stores a GPU session's archive: a fork's files that are its origin's
     byte for byte are left out, large JSONL is gzipped, and the report reads the stored runs as it reads the
@@ -206,7 +233,8 @@ def test_records_stored_from_an_archive_leave_out_what_a_fork_shares(tmp_path):
     write_run(tree / "runs" / "kb-seed0-sft", {"1_A": 3}, sft)
     (tree / "runs" / "kb-seed0-sft" / "state.json").write_text(json.dumps({"forked_from": "runs/kb-seed0"}))
     big = tree / "runs" / "kb-seed0" / "heldout" / "00-sft" / "completions-cuda.jsonl"
-    big.write_text("".join(json.dumps({"completion": "x" * 100, "i": i}) + "\n" for i in range(500)))
+    big.write_text("".join(json.dumps({"problem": "1_A", "level": 1, "sample": i, "completion": "x" * 100,
+                                       "finish_reason": "stop", "tokens": 30}) + "\n" for i in range(500)))  # fmt: skip
     archive = tmp_path / "learn.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(tree / "runs", arcname="runs")

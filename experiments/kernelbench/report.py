@@ -96,6 +96,19 @@ def per_problem(results, problems: set, n: int) -> dict[tuple[int, str], dict]:
     return out
 
 
+def completion_lengths(path: Path, table: dict) -> None:
+    """Into each problem's row of ``table``: ``at_limit``, the share of its completions that stopped at the token
+    limit (``finish_reason`` "length"), and ``tokens``, their mean length, from the completions file ``path``
+    (the results file's neighbour). A problem without completions there gets neither, and the averages skip it."""
+    by: dict[tuple[int, str], list[dict]] = {}
+    for row in read_jsonl(path):
+        by.setdefault((int(row["level"]), row["problem"]), []).append(row)
+    for key, rows in by.items():
+        if key in table:
+            table[key]["at_limit"] = sum(r.get("finish_reason") == "length" for r in rows) / len(rows)
+            table[key]["tokens"] = statistics.fmean(float(r.get("tokens") or 0) for r in rows)
+
+
 def bootstrap(values: list[float], seed: int = 0) -> tuple[float, float]:
     """95 % percentile interval of the mean of ``values`` over ``RESAMPLES`` resamples."""
     if not values:
@@ -115,7 +128,7 @@ def t_interval(values: list[float]) -> tuple[float, float, float] | None:
 
 
 def score(table: dict, subset: set, metric: str) -> dict:
-    values = [table[key][metric] for key in sorted(subset)]
+    values = [table[key][metric] for key in sorted(subset) if metric in table[key]]
     low, high = bootstrap(values)
     return {"mean": statistics.fmean(values) if values else None, "ci95": [low, high], "problems": len(values)}
 
@@ -141,6 +154,9 @@ def model_rows(name: str, run: Path, n: int, problems: tuple[set, set | None] | 
         for path in located_glob(run, f"heldout/{phase}", "results-*.jsonl"):
             language = path.name.split(".")[0].removeprefix("results-")  # results-cuda.jsonl(.gz)
             table = per_problem(read_results(path), kept, n)
+            completions = located(run, f"heldout/{phase}/completions-{language}.jsonl")
+            if completions.exists():
+                completion_lengths(completions, table)
             tables[(phase, language)] = table
             for level in sorted({lvl for lvl, _ in kept}) + ["all"]:
                 chosen = {k for k in kept if level == "all" or k[0] == level}
@@ -149,6 +165,9 @@ def model_rows(name: str, run: Path, n: int, problems: tuple[set, set | None] | 
                     row[metric] = score(table, chosen, metric)
                 if clean is not None:
                     row["clean_pass@1"] = score(table, chosen & clean, "pass@1")
+                if any("at_limit" in table[k] for k in chosen):
+                    row["at_limit"] = score(table, chosen, "at_limit")
+                    row["tokens"] = score(table, chosen, "tokens")
                 rows.append(row)
     return rows, tables
 
@@ -259,6 +278,18 @@ def markdown(
             f"| {r['model']} | {r['phase']} | {r['level']} | {r['language']} | {fmt(r.get('parsed'))} | "
             f"{fmt(r.get('compiled'))} | {fmt(r.get('ran'))} | {fmt(r['pass@1'])} |"
         )
+    lengths = [r for r in rows if r["level"] == "all" and "at_limit" in r]
+    if lengths:
+        lines += ["", "## Completion lengths", "",
+                  "Share of completions that stopped at the token limit (`finish_reason` \"length\") and their mean "
+                  "length in tokens, per problem then averaged, all kept problems.",
+                  "", "| model | phase | language | at the limit | mean tokens |", "|" + " --- |" * 5]  # fmt: skip
+        for r in lengths:
+            t = r["tokens"]
+            lines.append(
+                f"| {r['model']} | {r['phase']} | {r['language']} | {fmt(r['at_limit'])} | "
+                f"{t['mean']:.0f} [{t['ci95'][0]:.0f}, {t['ci95'][1]:.0f}] |"
+            )
     lines += ["", "## Differences (paired by problem)", "", "| metric | seed | language | arm | vs | mean [95% CI] |",
               "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for c in compared:
