@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,8 +134,6 @@ def test_a_session_that_skips_the_sft_score_waits_for_its_main_job_by_the_config
 def wait_call(tmp_path, launcher_alive_s: float | None) -> tuple[subprocess.CompletedProcess, float]:
     """scripts/gpu-train wait (KZ_WAIT_S 40) with no training process: the launcher's pid file names a process
     alive for `launcher_alive_s` seconds, or a process already ended (None). Returns (process, seconds)."""
-    import time
-
     kzm, out, tree = tmp_path / "kzm", tmp_path / "out", tmp_path / "run-tree"
     for d in (kzm, out, tree / "runs"):
         d.mkdir(parents=True)

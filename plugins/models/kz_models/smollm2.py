@@ -132,10 +132,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
         setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
         if role != "unk":
             setattr(config, f"{role}_token_id", token_id)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    for role in ("bos", "eos", "pad"):
-        if role in special:
-            setattr(model.generation_config, f"{role}_token_id", special[role])
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # its generation config takes the ids from config
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     if unexpected or set(missing) - tied:
