@@ -135,3 +135,42 @@ def test_processes_without_dry_run_is_a_usage_error(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "kz: error: --processes and --accelerate-config only go with --dry-run (launch with accelerate launch)"
     )
+
+
+def test_the_self_play_configs_differ_from_their_kernelbench_seed_in_what_their_comments_say(plugins):
+    """experiments/kernelbench/configs/sp-seedN.toml: kb-seedN.toml with per-API Proposer examples, chains in the
+    cold start, half the Coder's prompts open to the Proposer's batch and 4 Proposer steps a round; the frozen
+    ablation differs from it only in the frozen Proposer. The plan says each of those."""
+    pm = plugins("kz_triton", "kz_cuda", "kz_models")
+    where = ROOT / "experiments" / "kernelbench" / "configs"
+    for n in (0, 1, 2):
+        kb, sp, frozen = (
+            load_config(where / f"{name}.toml") for name in (f"kb-seed{n}", f"sp-seed{n}", f"sp-seed{n}-frozen")
+        )
+        assert (sp.run.seed, sp.run.dir) == (kb.run.seed, f"runs/sp-seed{n}")
+        assert (
+            attrs.evolve(
+                sp,
+                run=kb.run,
+                distill=attrs.evolve(sp.distill, chains=0),
+                task_mix=attrs.evolve(sp.task_mix, builtin=kb.task_mix.builtin),
+                schedule=attrs.evolve(sp.schedule, proposer_steps=kb.schedule.proposer_steps),
+                proposer=attrs.evolve(sp.proposer, examples="suite"),
+            )
+            == kb
+        )
+        assert (
+            attrs.evolve(frozen, run=sp.run, schedule=attrs.evolve(frozen.schedule, freeze_proposer_at_step=None)) == sp
+        )
+    lines = format_plan(training_plan(sp, 1, pm=pm))
+    assert (
+        "distillation adds at most 400 verified variants of the cold-start problems and 48 chains of two elementwise ops"
+        in lines
+    )
+    assert any(
+        line.startswith("Coder tasks per phase: 50% from the Proposer's newest accepted batch") for line in lines
+    )
+    assert "Proposer prompt examples: a cold-start module for each requested API, then the suite's (per-api)" in lines
+    assert any(line.startswith("phases: 00-distill, 00-sft, 01-proposer (4 steps)") for line in lines)
+    kb_lines = format_plan(training_plan(kb, 1, pm=pm))
+    assert "Proposer prompt examples: two modules of the built-in suite (suite, the method's)" in kb_lines

@@ -156,7 +156,10 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         # a departure from the method: gate failures graded by the stage reached ([] = the method's gate_penalty)
         "proposer_graded_gate_reward": list(config.proposer.gate_grades),
         "proposer_gate_penalty": config.proposer.gate_penalty,
+        "proposer_examples": config.proposer.examples,
         "calibrate": config.task_mix.calibrate,
+        "distill_extra": {"variants": config.distill.variants, "chains": config.distill.chains},
+        "task_mix": {"older": config.task_mix.older, "builtin": config.task_mix.builtin},
         "warnings": (
             [
                 "distillation, the Proposer's gates and held-out evaluation are not rank-aware yet: every process "
@@ -305,6 +308,18 @@ def format_plan(plan: dict) -> list[str]:
             f"one of {d['train']} training problems, {d['clean']} clean (held-out scores also on the clean ones)"
             + (f"; {len(d['dropped_train'])} training problems left out" if d["mode"] == "drop-train" else "")
         )
+    extra = plan["distill_extra"]
+    if extra["variants"] or extra["chains"]:
+        lines.append(
+            f"distillation adds at most {extra['variants']} verified variants of the cold-start problems and "
+            f"{extra['chains']} chains of two elementwise ops"
+        )
+    mix = plan["task_mix"]
+    newest = max(0.0, 1.0 - mix["older"] - mix["builtin"])
+    lines.append(
+        f"Coder tasks per phase: {newest:.0%} from the Proposer's newest accepted batch, {mix['older']:.0%} from "
+        f"earlier rounds' accepted modules, {mix['builtin']:.0%} from [problems] tasks (an empty source's share goes to the first non-empty of newest, older, tasks)"
+    )
     if plan["calibrate"]:
         lines.append(f"Coder tasks calibrated before the first Coder phase: {plan['calibrate']} samples of each")
     if plan["proposer_cold_start_steps"]:
@@ -313,6 +328,14 @@ def format_plan(plan: dict) -> list[str]:
         )
     for spec, count in plan["proposer_cold_start_modules"].items():
         lines.append(f"Proposer cold-start modules {spec}: {count}")
+    lines.append(
+        "Proposer prompt examples: "
+        + (
+            "a cold-start module for each requested API, then the suite's (per-api)"
+            if plan["proposer_examples"] == "per-api"
+            else "two modules of the built-in suite (suite, the method's)"
+        )
+    )
     if plan["proposer_graded_gate_reward"]:
         grades = ", ".join(f"{g:g}" for g in plan["proposer_graded_gate_reward"])
         lines.append(
