@@ -106,12 +106,12 @@ def test_launch_forks_each_control_after_the_main_jobs_sft_and_resumes_the_main_
 def test_a_session_of_forks_only_stops_the_main_job_after_sft(tmp_path, timeout_wait):
     """KZ_MAIN_UNTIL=00-sft: the seed's cold start again, the named forks from it, and the main job not resumed
     (its CA-GRPO arm ran in an earlier session)."""
-    forks = f"{CONFIGS}/kb-seed0-frozen.toml"
+    forks = f"{CONFIGS}/kb-seed0-sft.toml"
     proc, tree, kzm = launch(tmp_path, KZ_FORKS=forks, KZ_MAIN_UNTIL="00-sft")
     names = [line.split()[0] for line in (kzm / "exits.log").read_text().split("\n") if line]
-    assert names == ["main", "kb-seed0-frozen"]
+    assert names == ["main", "kb-seed0-sft"]
     assert json.loads((tree / "runs" / "kb-seed0" / "state.json").read_text())["done"] == ["00-distill", "00-sft"]
-    assert json.loads((tree / "runs" / "kb-seed0-frozen" / "state.json").read_text())["done"][-1] == "01-coder"
+    assert json.loads((tree / "runs" / "kb-seed0-sft" / "state.json").read_text())["done"][-1] == "01-coder"
 
 
 def test_a_session_that_skips_the_sft_score_waits_for_its_main_job_by_the_config_it_launched(tmp_path, timeout_wait):
