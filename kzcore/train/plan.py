@@ -318,7 +318,8 @@ def format_plan(plan: dict) -> list[str]:
     newest = max(0.0, 1.0 - mix["older"] - mix["builtin"])
     lines.append(
         f"Coder tasks per phase: {newest:.0%} from the Proposer's newest accepted batch, {mix['older']:.0%} from "
-        f"earlier rounds' accepted modules, {mix['builtin']:.0%} from [problems] tasks (an empty source's share goes to the first non-empty of newest, older, tasks)"
+        f"earlier rounds' accepted modules, {mix['builtin']:.0%} from [problems] tasks (an empty source's share "
+        "goes to the first non-empty of newest, older, tasks)"
     )
     if plan["calibrate"]:
         lines.append(f"Coder tasks calibrated before the first Coder phase: {plan['calibrate']} samples of each")
