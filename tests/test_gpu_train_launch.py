@@ -131,6 +131,19 @@ def test_a_session_that_skips_the_sft_score_waits_for_its_main_job_by_the_config
     assert fork["done"][-1] == "01-coder" and fork["heldout_phases"] == "ends"  # the fork keeps its own config
 
 
+def test_a_main_job_without_forks_can_skip_the_sft_score_too(tmp_path, timeout_wait):
+    """KZ_MAIN_HELDOUT=last with no fork (a seed's CA-GRPO arm alone): the main job runs every phase from the session
+    config, so its SFT model is not scored on the held-out problems."""
+    proc, tree, kzm = launch(tmp_path, KZ_FORKS="", KZ_MAIN_HELDOUT="last")
+    names = [line.split()[0] for line in (kzm / "exits.log").read_text().split("\n") if line]
+    assert names == ["main"]
+    trains = [line for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("-m kzcore.cli train")]
+    assert len(trains) == 1 and trains[0].endswith(f"--config {CONFIGS}/.session-kb-seed0.toml")
+    main = json.loads((tree / "runs" / "kb-seed0" / "state.json").read_text())
+    assert main["heldout_phases"] == "last" and main["done"] == ["00-distill", "00-sft", "01-coder"]
+    assert main["metrics"]["01-coder"]["method"] == "ca-grpo"
+
+
 def wait_call(tmp_path, launcher_alive_s: float | None) -> tuple[subprocess.CompletedProcess, float]:
     """scripts/gpu-train wait (KZ_WAIT_S 40) with no training process: the launcher's pid file names a process
     alive for `launcher_alive_s` seconds, or a process already ended (None). Returns (process, seconds)."""
