@@ -311,22 +311,28 @@ def plot(rows: list[dict], play: dict[str, list[dict]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     overall = [r for r in rows if r["level"] == "all"]
+    # one colour an arm and one marker a seed, the same in both panels
+    arms = sorted({r["arm"] for r in overall} | {name.rpartition("-s")[0] for name in play})
+    seeds = sorted({r["seed"] for r in overall} | {name.rpartition("-s")[2] for name in play})
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.35 * max(len(overall), 8) + 1.5))
     labels = [f"{r['model']} {r['phase']} {r['language']}" for r in overall]
     for y, r in enumerate(overall):
         s = r["pass@1"]
-        left.errorbar(s["mean"], y, xerr=[[s["mean"] - s["ci95"][0]], [s["ci95"][1] - s["mean"]]], fmt="o",
-                      color=f"C{sorted({x['arm'] for x in overall}).index(r['arm'])}")  # fmt: skip
+        left.errorbar(s["mean"], y, xerr=[[s["mean"] - s["ci95"][0]], [s["ci95"][1] - s["mean"]]],
+                      fmt="os^Dv"[seeds.index(r["seed"]) % 5], color=f"C{arms.index(r['arm'])}")  # fmt: skip
     left.set_yticks(range(len(overall)), labels, fontsize=7)
     left.set_xlabel("KernelBench pass@1 (95 % bootstrap interval over problems)")
-    for j, (name, rounds) in enumerate(play.items()):
+    for name, rounds in play.items():
+        arm, _, seed = name.rpartition("-s")
         pts = [(r["round"], r["acceptance"]) for r in rounds if r["acceptance"] is not None]
         if pts:
-            right.plot(*zip(*pts), marker="os^Dv"[j % 5], label=name)
+            right.plot(*zip(*pts), marker="os^Dv"[seeds.index(seed) % 5], color=f"C{arms.index(arm)}", label=name)
     right.axhline(selfplay.TARGETS["acceptance"], ls=":", color="grey")
     right.set_xlabel("round")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_ylabel("Proposer acceptance (all gates)")
     right.set_ylim(-0.05, 1.05)
     if right.lines[1:]:
