@@ -254,6 +254,16 @@ def load_solutions(spec: str, problems: list[Problem], language: str, pm=None) -
     return candidates
 
 
+def _count(row: dict, key: str, default: int, where: str) -> int:
+    """``row[key]`` as a non-negative integer (a JSON integer, or a string of digits), else ``default``."""
+    value = row.get(key, default)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProblemFormatError(f"{where}: '{key}' must be a non-negative integer, not {value!r}")
+    return value
+
+
 def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) -> list[Candidate]:
     def reject(where: str, why: str) -> ProblemFormatError:
         return ProblemFormatError(f"{where}: expected a JSON object with 'problem' ({why})")
@@ -266,16 +276,21 @@ def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) ->
         name = str(row["problem"])
         if name not in levels:
             continue
+        where = f"{path}:{lineno}"
         text = {k: row[k] for k in ("code", "completion") if k in row}
         if len(text) != 1:
-            raise ProblemFormatError(f"{path}:{lineno}: needs exactly one of 'code' or 'completion'")
-        sample = int(row.get("sample", seen.get(name, 0)))
+            raise ProblemFormatError(f"{where}: needs exactly one of 'code' or 'completion'")
+        if not isinstance(next(iter(text.values())), str):
+            raise ProblemFormatError(f"{where}: '{next(iter(text))}' must be a string")
+        if not isinstance(row.get("language", language), str):
+            raise ProblemFormatError(f"{where}: 'language' must be a string")
+        sample = _count(row, "sample", seen.get(name, 0), where)
         seen[name] = sample + 1
         out.append(
             Candidate(
                 problem=name,
                 language=row.get("language", language),
-                level=int(row.get("level", levels[name])),
+                level=_count(row, "level", levels[name], where),
                 sample=sample,
                 source=text.get("code"),
                 completion=text.get("completion"),

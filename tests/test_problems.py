@@ -4,6 +4,7 @@ loading solutions (directories, JSONL, a suite's own solutions)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,18 @@ def test_load_solutions_from_jsonl(tmp_path):
     path.write_text("[1, 2]\n")
     with pytest.raises(ProblemFormatError, match=r"sols\.jsonl:1: expected a JSON object with 'problem'"):
         load_solutions(str(path), _problems(), "triton")
+    for row, why in (
+        ({"problem": "1_Foo", "code": "a", "sample": "abc"}, "'sample' must be a non-negative integer, not 'abc'"),
+        ({"problem": "1_Foo", "code": "a", "sample": -1}, "'sample' must be a non-negative integer, not -1"),
+        ({"problem": "1_Foo", "code": "a", "level": 1.5}, "'level' must be a non-negative integer, not 1.5"),
+        ({"problem": "1_Foo", "code": 3}, "'code' must be a string"),
+        ({"problem": "1_Foo", "completion": "x", "language": 2}, "'language' must be a string"),
+    ):
+        path.write_text(json.dumps({"problem": "1_Foo", "code": "ok"}) + "\n" + json.dumps(row) + "\n")
+        with pytest.raises(ProblemFormatError, match=rf"sols\.jsonl:2: {re.escape(why)}$"):
+            load_solutions(str(path), _problems(), "triton")
+    path.write_text(json.dumps({"problem": "1_Foo", "code": "a", "sample": "3"}) + "\n")
+    assert load_solutions(str(path), _problems(), "triton")[0].sample == 3  # digits in a string, as before
 
 
 def test_load_solutions_builtin():
