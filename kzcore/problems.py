@@ -69,6 +69,16 @@ def _natural_key(p: Problem):
     return (p.level, int(m.group(1)) if m else 1 << 30, p.name)
 
 
+def _count(row: dict, key: str, default: int, where: str) -> int:
+    """``row[key]`` as a non-negative integer (a JSON integer, or a string of digits), else ``default``."""
+    value = row.get(key, default)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProblemFormatError(f"{where}: '{key}' must be a non-negative integer, not {value!r}")
+    return value
+
+
 def load_problem_jsonl(path: Path) -> list[Problem]:
     """One problem per line: {"name": ..., "code": ..., "level": optional int}."""
 
@@ -81,9 +91,11 @@ def load_problem_jsonl(path: Path) -> list[Problem]:
         if "name" not in row or "code" not in row:
             raise reject(where, f"missing {', '.join(repr(k) for k in ('name', 'code') if k not in row)}")
         name, code = row["name"], row["code"]
+        if not isinstance(code, str):
+            raise ProblemFormatError(f"{where}: 'code' must be a string")
         check_problem_source(code, where)
         problems.append(
-            Problem(name=str(name), source=code, level=int(row.get("level", 0)), path=None, suite=path.stem)
+            Problem(name=str(name), source=code, level=_count(row, "level", 0, where), path=None, suite=path.stem)
         )
     if not problems:
         raise ProblemFormatError(f"{path}: no problems")
@@ -252,16 +264,6 @@ def load_solutions(spec: str, problems: list[Problem], language: str, pm=None) -
                     )
                 break
     return candidates
-
-
-def _count(row: dict, key: str, default: int, where: str) -> int:
-    """``row[key]`` as a non-negative integer (a JSON integer, or a string of digits), else ``default``."""
-    value = row.get(key, default)
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ProblemFormatError(f"{where}: '{key}' must be a non-negative integer, not {value!r}")
-    return value
 
 
 def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) -> list[Candidate]:

@@ -159,6 +159,12 @@ def test_bad_jsonl_line(tmp_path):
     path.write_text(json.dumps({"name": "a", "code": "x = 1\n"}) + "\n")
     with pytest.raises(ProblemFormatError, match=r"p\.jsonl:1: not a KernelBench problem, missing Model, get_inputs"):
         load_problems(str(path))
+    path.write_text(json.dumps({"name": "a", "code": 7}) + "\n")
+    with pytest.raises(ProblemFormatError, match=r"p\.jsonl:1: 'code' must be a string$"):
+        load_problems(str(path))
+    path.write_text(json.dumps({"name": "a", "code": KB_FOO, "level": "one"}) + "\n")
+    with pytest.raises(ProblemFormatError, match=r"p\.jsonl:1: 'level' must be a non-negative integer, not 'one'$"):
+        load_problems(str(path))
 
 
 def test_unknown_suite():
