@@ -279,23 +279,24 @@ def _solutions_from_jsonl(path: Path, problems: list[Problem], language: str) ->
         if name not in levels:
             continue
         where = f"{path}:{lineno}"
-        text = {k: row[k] for k in ("code", "completion") if k in row}
+        text = [k for k in ("code", "completion") if k in row]
         if len(text) != 1:
             raise ProblemFormatError(f"{where}: needs exactly one of 'code' or 'completion'")
-        if not isinstance(next(iter(text.values())), str):
-            raise ProblemFormatError(f"{where}: '{next(iter(text))}' must be a string")
-        if not isinstance(row.get("language", language), str):
-            raise ProblemFormatError(f"{where}: 'language' must be a string")
+        (kind,) = text
+        row_language = row.get("language", language)
+        for key, value in ((kind, row[kind]), ("language", row_language)):
+            if not isinstance(value, str):
+                raise ProblemFormatError(f"{where}: '{key}' must be a string")
         sample = _count(row, "sample", seen.get(name, 0), where)
         seen[name] = sample + 1
         out.append(
             Candidate(
                 problem=name,
-                language=row.get("language", language),
+                language=row_language,
                 level=_count(row, "level", levels[name], where),
                 sample=sample,
-                source=text.get("code"),
-                completion=text.get("completion"),
+                source=row[kind] if kind == "code" else None,
+                completion=row[kind] if kind == "completion" else None,
                 origin=f"{path}:{lineno}",
             )
         )

@@ -144,10 +144,16 @@ def common_problems(runs: list[Path]) -> tuple[set, set | None]:
     return kept, clean
 
 
+def arm_and_seed(name: str) -> tuple[str, str]:
+    """A model's name, ARM-sSEED (``ca-grpo-s0``), split into its arm and its seed."""
+    arm, _, seed = name.rpartition("-s")
+    return arm, seed
+
+
 def model_rows(name: str, run: Path, n: int, problems: tuple[set, set | None] | None = None) -> tuple[list[dict], dict]:
     """The rows of one run (each scored phase x language x level) and its per-problem tables by (phase, language),
     over ``problems`` (kept, clean; default: the run's own)."""
-    arm, _, seed = name.rpartition("-s")
+    arm, seed = arm_and_seed(name)
     kept, clean = problems or problem_sets(run)
     rows, tables = [], {}
     for phase in scored_phases(run):
@@ -209,7 +215,7 @@ def comparisons(models: dict[str, tuple[Path, dict]], unscored: dict[str, str] |
     t interval. A model in ``unscored`` (its final model never scored: `unscored_end`) takes part in none."""
     by_seed: dict[str, dict[str, dict]] = {}
     for name, (_, tables) in models.items():
-        arm, _, seed = name.rpartition("-s")
+        arm, seed = arm_and_seed(name)
         if name not in (unscored or {}):
             by_seed.setdefault(seed, {})[arm] = tables
     out: list[dict] = []
@@ -315,8 +321,9 @@ def plot(rows: list[dict], play: dict[str, list[dict]], path: Path) -> None:
 
     overall = [r for r in rows if r["level"] == "all"]
     # one colour an arm and one marker a seed, the same in both panels
-    arms = sorted({r["arm"] for r in overall} | {name.rpartition("-s")[0] for name in play})
-    seeds = sorted({r["seed"] for r in overall} | {name.rpartition("-s")[2] for name in play})
+    named = [arm_and_seed(name) for name in play]
+    arms = sorted({r["arm"] for r in overall} | {arm for arm, _ in named})
+    seeds = sorted({r["seed"] for r in overall} | {seed for _, seed in named})
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.35 * max(len(overall), 8) + 1.5))
     labels = [f"{r['model']} {r['phase']} {r['language']}" for r in overall]
     for y, r in enumerate(overall):
@@ -326,7 +333,7 @@ def plot(rows: list[dict], play: dict[str, list[dict]], path: Path) -> None:
     left.set_yticks(range(len(overall)), labels, fontsize=7)
     left.set_xlabel("KernelBench pass@1 (95 % bootstrap interval over problems)")
     for name, rounds in play.items():
-        arm, _, seed = name.rpartition("-s")
+        arm, seed = arm_and_seed(name)
         pts = [(r["round"], r["acceptance"]) for r in rounds if r["acceptance"] is not None]
         if pts:
             right.plot(*zip(*pts), marker="os^Dv"[seeds.index(seed) % 5], color=f"C{arms.index(arm)}", label=name)
