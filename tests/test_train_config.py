@@ -135,3 +135,34 @@ def test_fork_run_copies_the_cold_start_up_to_the_phase_asked(tmp_path):
     assert kept == ["00-base", "00-sft"]
     refused = subprocess.run([*fork, str(tmp_path / "a"), str(tmp_path / "c")], capture_output=True, text=True)
     assert refused.returncode != 0 and "has not finished 00-sft" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("heldout", "message"),
+    [
+        ("n = 0", "n must be at least 1"),
+        ("k = [0, 1]", "k must list integers of at least 1"),
+        ("k = []", "k must list integers of at least 1"),
+        ("n = 2\nk = [4, 10]", r"every k \(\[4, 10\]\) is above n = 2"),
+        ("max_new_tokens = 0", "max_new_tokens must be at least 1"),
+        ("temperature = -0.5", "temperature must be 0"),
+    ],
+)
+def test_a_held_out_setting_that_cannot_score_is_a_one_line_error(tmp_path, heldout, message):
+    """Before any GPU time is spent: pass@0, no sample per problem or no k that n samples can estimate would
+    leave the held-out score empty or meaningless."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[heldout]\n{heldout}\n")
+    with pytest.raises(ConfigError, match=r"\[heldout\]: " + message) as info:
+        load_config(bad)
+    assert "\n" not in str(info.value)
+
+
+def test_every_shipped_config_loads_under_the_validation():
+    """Every config the project ships (configs/ and each experiment's) passes the up-front checks."""
+    paths = sorted(CONFIGS.glob("*.toml")) + sorted(CONFIGS.parent.glob("experiments/*/configs/*.toml"))
+    assert len(paths) > 10
+    for path in paths:
+        if path.name.startswith("."):
+            continue
+        load_config(path)

@@ -174,3 +174,15 @@ def test_the_self_play_configs_differ_from_their_kernelbench_seed_in_what_their_
     assert any(line.startswith("phases: 00-distill, 00-sft, 01-proposer (4 steps)") for line in lines)
     kb_lines = format_plan(training_plan(kb, 1, pm=pm))
     assert "Proposer prompt examples: two modules of the built-in suite (suite, the method's)" in kb_lines
+
+
+def test_a_k_above_n_is_named_in_the_plan_not_dropped_unsaid(plugins, tmp_path):
+    pm = plugins("kz_triton", "kz_cuda", "kz_models")
+    config = tmp_path / "c.toml"
+    config.write_text("[heldout]\nn = 4\nk = [1, 4, 10]\n")
+    loaded = load_config(config)
+    assert loaded.heldout.ks() == [1, 4]
+    plan = training_plan(loaded, pm=pm)
+    assert plan["heldout"]["k"] == [1, 4] and plan["heldout"]["k_above_n"] == [10]
+    (line,) = [x for x in format_plan(plan) if x.startswith("held-out: ")]
+    assert line.startswith("held-out: n = 4, pass@k for k in [1, 4] (not [10]: above n), after ")

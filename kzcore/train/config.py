@@ -229,6 +229,22 @@ class HeldoutSection:
     # held-out suite is not tuned on; 0: none
     validation: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
+    def __attrs_post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1 sample per problem, got {self.n!r}")
+        if not self.k or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.k):
+            raise ValueError(f"k must list integers of at least 1 (pass@k), got {list(self.k)!r}")
+        if min(self.k) > self.n:
+            raise ValueError(f"every k ({list(self.k)}) is above n = {self.n}: no pass@k could be computed")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens!r}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be 0 (greedy) or more, got {self.temperature!r}")
+
+    def ks(self) -> list[int]:
+        """The k of pass@k that n samples per problem can estimate (a k above n is listed but not computed)."""
+        return [k for k in self.k if k <= self.n]
+
 
 CoderMethod = typing.Literal["ca-grpo", "sft", "rft"]
 CODER_METHODS: tuple[str, ...] = typing.get_args(CoderMethod)

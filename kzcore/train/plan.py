@@ -142,7 +142,8 @@ def training_plan(config: TrainConfig, processes: int = 1, pm=None) -> dict:
         "heldout_names": list(config.problems.heldout_names),
         "heldout": {
             "n": config.heldout.n,
-            "k": [k for k in config.heldout.k if k <= config.heldout.n],
+            "k": config.heldout.ks(),
+            "k_above_n": [k for k in config.heldout.k if k > config.heldout.n],
             "base": config.heldout.base,
             "probe": config.heldout.probe,
             "phases": config.heldout.phases,
@@ -291,7 +292,9 @@ def format_plan(plan: dict) -> list[str]:
         lines.append(f"held-out problems kept (heldout_names): {', '.join(plan['heldout_names'])}")
     h = plan["heldout"]
     lines.append(
-        f"held-out: n = {h['n']}, pass@k for k in {h['k']}, after "
+        f"held-out: n = {h['n']}, pass@k for k in {h['k']}"
+        + (f" (not {h['k_above_n']}: above n)" if h.get("k_above_n") else "")
+        + ", after "
         + ("the base model, " if h["base"] else "")
         + {"every": "SFT and every Coder phase", "ends": "SFT and the last Coder phase"}.get(
             h["phases"], "the last Coder phase"

@@ -103,7 +103,7 @@ def score_problems(
     metrics: dict = {f"{prefix}_{language}_statuses": dict(collections.Counter(r.status.value for r in results))}
     metrics.update({f"{prefix}_{language}_{key}": value for key, value in cost.items()})
     names = [(p.level, p.name) for p in problems]
-    for k in (k for k in cfg.k if k <= cfg.n):
+    for k in cfg.ks():
         for level, row in summarize(results, k=k, problems=names).items():
             key = language if level == "all" else f"{language}_l{level}"
             metrics[f"{prefix}_{key}_pass@{k}"] = row["pass@k"]
@@ -112,7 +112,7 @@ def score_problems(
         keep = {(p.level, p.name) for p in clean}
         metrics[f"{prefix}_{language}_clean_problems"] = len(keep)
         kept = [r for r in results if (r.level, r.problem) in keep]
-        for k in (k for k in cfg.k if k <= cfg.n):
+        for k in cfg.ks():
             row = summarize(kept, k=k, problems=sorted(keep))["all"]
             metrics[f"{prefix}_{language}_clean_pass@{k}"] = row["pass@k"] if keep else None
             metrics[f"{prefix}_{language}_clean_fast_1@{k}"] = row["fast_1"] if keep else None

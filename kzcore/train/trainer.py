@@ -239,7 +239,7 @@ class Trainer:
             scored = score_problems(self.context, policy, heldout, language, out, where, "heldout", clean=clean)
             metrics.update(scored)
             if language == languages[0]:
-                for k in (k for k in cfg.k if k <= cfg.n):
+                for k in cfg.ks():
                     metrics[f"heldout_pass@{k}"] = scored[f"heldout_{language}_pass@{k}"]
                     metrics[f"heldout_fast_1@{k}"] = scored[f"heldout_{language}_fast_1@{k}"]
                     if clean is not None:
