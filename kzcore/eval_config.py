@@ -49,10 +49,12 @@ class EvalConfig:
     size: str = _setting("auto", "problem sizes: auto (small on a CPU) | full | a KZ_SIZES profile such as small")
     trials: int = _setting(5, "correctness trials per candidate", attrs.validators.ge(1))
     seed: int = _setting(0, "seed for inputs and weights (and for kz eval --policy's sampling)")
-    atol: float = _setting(1e-2, "absolute tolerance (fp32 outputs)")
-    rtol: float = _setting(1e-2, "relative tolerance (fp32 outputs)")
-    timeout_s: float = _setting(180.0, "seconds per candidate (a worker past it is killed: timeout)", flag="--timeout")
-    warmup: int = _setting(3, "untimed calls of reference and candidate before timing (GPU)")
+    atol: float = _setting(1e-2, "absolute tolerance (fp32 outputs)", attrs.validators.ge(0))
+    rtol: float = _setting(1e-2, "relative tolerance (fp32 outputs)", attrs.validators.ge(0))
+    timeout_s: float = _setting(
+        180.0, "seconds per candidate (a worker past it is killed: timeout)", attrs.validators.gt(0), flag="--timeout"
+    )
+    warmup: int = _setting(3, "untimed calls of reference and candidate before timing (GPU)", attrs.validators.ge(0))
     reps: int = _setting(100, "most timed repetitions (GPU)", attrs.validators.ge(1))
     # Timing stops early, after at least min_reps pairs, once both medians are known to within
     # timing_precision (relative standard error): a steady kernel stops at min_reps (2 pairs on each of the 8
@@ -65,7 +67,9 @@ class EvalConfig:
     gpu_work_check: bool = _setting(
         True, "profiling one forward (GPU) to check that most GPU time is in the candidate's own kernels"
     )
-    max_timing_s: float = _setting(10.0, "seconds the timed pairs of one candidate may take: fewer reps beyond it")
+    max_timing_s: float = _setting(
+        10.0, "seconds the timed pairs of one candidate may take: fewer reps beyond it", attrs.validators.gt(0)
+    )
     flush_l2: bool = _setting(True, "flushing L2 (a 256 MB write) before each timed call")
     # Queued after the flush, before the start event: the host's queueing of the timed call hides behind it;
     # raised for a side whose calls the host takes longer to queue (kzcore.builtins.timing.LaunchCover)

@@ -220,6 +220,26 @@ def test_eval_unknown_language_with_suite_solutions(plugins, tmp_path, capsys):
     assert "installed languages: triton" in line
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--trials", "0"], "--trials must be >= 1: 0"),
+        (["--timeout", "-1"], "--timeout must be > 0: -1.0"),
+        (["--atol", "-0.5"], "--atol must be >= 0: -0.5"),
+        (["--warmup", "-2"], "--warmup must be >= 0: -2"),
+        (["--timed-check-share", "2"], "--timed-check-share must be <= 1: 2.0"),
+    ],
+)
+def test_an_evaluator_option_out_of_range_is_a_usage_error_naming_it(plugins, tmp_path, capsys, option, message):
+    """A negative --timeout once filed every candidate `timeout`, and --trials 0 ended in a traceback: an
+    evaluator setting outside its range is refused before anything runs, by the option's flag."""
+    plugins("kz_triton")
+    argv = ["eval", "--problems", "builtin:1", "--solutions", "builtin", "--language", "triton", *option]
+    assert main([*argv, "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert one_error_line(capsys.readouterr().err) == f"kz: error: {message}"
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 def test_eval_missing_problems_path(plugins, tmp_path, capsys):
     plugins("kz_triton")
     missing = tmp_path / "no" / "such" / "dir"

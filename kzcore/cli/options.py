@@ -137,7 +137,14 @@ def _config_from(args):
         _, options, negated = _eval_option(field)
         value = getattr(args, options["dest"])
         values[field.name] = not value if negated else value
-    return EvalConfig(**values)
+    try:
+        return EvalConfig(**values)
+    except (TypeError, ValueError) as exc:  # a value out of its range (attrs' validators): one line, exit 2
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for field in _eval_fields(args.eval_fields):  # attrs names the field: say the option's flag instead
+            if message.startswith(f"'{field.name}'"):
+                message = _eval_option(field)[0] + message.removeprefix(f"'{field.name}'")
+        raise UsageError(message) from None
 
 
 def _load_problems(spec: str, kernelbench: str | None = None):
