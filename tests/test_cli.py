@@ -240,6 +240,32 @@ def test_an_evaluator_option_out_of_range_is_a_usage_error_naming_it(plugins, tm
     assert not (tmp_path / "r.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "message"),
+    [
+        ("sample", ["-n", "0"], "argument -n: must be at least 1, got 0"),
+        ("sample", ["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+        ("sample", ["--top-p", "0"], "argument --top-p: must be above 0 and at most 1, got 0"),
+        ("sample", ["--temperature", "-1"], "argument --temperature: must be at least 0, got -1"),
+        ("sample", ["--max-new-tokens", "x"], "argument --max-new-tokens: not an integer: 'x'"),
+        ("eval", ["--workers", "0"], "argument --workers: must be at least 1, got 0"),
+    ],
+)
+def test_a_sampling_or_worker_count_out_of_range_is_refused_before_anything_loads(
+    tmp_path, capsys, command, option, message
+):
+    """-n 0, --top-p 0 and --batch-size 0 once reached the policy and ended in a traceback after the model
+    had loaded."""
+    argv = [command, "--problems", "builtin:1", "--out", str(tmp_path / "o.jsonl"), *option]
+    if command == "eval":
+        argv += ["--solutions", "builtin"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"kz {command}: error: {message}"
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_eval_missing_problems_path(plugins, tmp_path, capsys):
     plugins("kz_triton")
     missing = tmp_path / "no" / "such" / "dir"

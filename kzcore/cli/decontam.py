@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kzcore.cli.options import _load_problems
+from kzcore.cli.options import _load_problems, ranged
 from kzcore.errors import KzError
 from kzcore.types import Command
 
@@ -59,7 +59,9 @@ def _configure(parser) -> None:
         "--heldout", nargs="+", required=True, metavar="SPEC", help="held-out problems, e.g. kernelbench:1 kernelbench:2"
     )  # fmt: skip
     parser.add_argument("--out", default=None, metavar="FILE.json", help="also write the report as JSON")
-    parser.add_argument("--worst", type=int, default=WORST_PAIRS, metavar="N", help="near-duplicate pairs to print")
+    parser.add_argument(
+        "--worst", type=ranged(int, 0), default=WORST_PAIRS, metavar="N", help="near-duplicate pairs to print"
+    )
     parser.add_argument(
         "--kernelbench", default=None, metavar="PATH",
         help="KernelBench checkout for kernelbench[:levels] specs (default: $KZ_KERNELBENCH, else kz_suites' copy)",

@@ -40,15 +40,38 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def ranged(kind, low, high=None, *, low_open: bool = False):
+    """An argparse type: ``kind`` of the text, in [low, high] (``low_open``: above low); outside it, argparse's
+    one-line usage error (exit 2) names the option and the range, before anything loads."""
+
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None
+        if not (value > low if low_open else value >= low) or (high is not None and not value <= high):
+            bounds = f"{'above' if low_open else 'at least'} {low}" + (
+                f" and at most {high}" if high is not None else ""
+            )
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
 def _add_policy_args(parser, policy_help: str, default: str | None = DEFAULT_POLICY) -> None:
     """The policy and its sampling options, for the commands that sample (`kz sample`, `kz eval --policy`)."""
     parser.add_argument("--policy", default=default, metavar="NAME[:ARG]", help=policy_help)
-    parser.add_argument("-n", type=int, default=1, help="samples per problem")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling: keep this much probability mass")
-    parser.add_argument("--max-new-tokens", type=int, default=1024, help="most tokens per completion")
+    parser.add_argument("-n", type=ranged(int, 1), default=1, help="samples per problem")
+    parser.add_argument("--temperature", type=ranged(float, 0), default=0.7, help="sampling temperature (0: greedy)")
+    parser.add_argument(
+        "--top-p", type=ranged(float, 0, 1, low_open=True), default=0.95,
+        help="nucleus sampling: keep this much probability mass",
+    )  # fmt: skip
+    parser.add_argument("--max-new-tokens", type=ranged(int, 1), default=1024, help="most tokens per completion")
     parser.add_argument("--template", default="kernelbench", help="prompt template: kernelbench | principles")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
+    parser.add_argument("--batch-size", type=ranged(int, 1), default=8, help="prompts per generate call")
 
 
 def _add_only(parser, verb: str, example: str = "") -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _add_only, _config_from, _load_problems, _only
+from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _add_only, _config_from, _load_problems, _only, ranged
 from kzcore.errors import KzError
 from kzcore.types import Command
 
@@ -187,7 +187,9 @@ def _configure(parser) -> None:
         check, ("device", "size", "timeout_s"),
         device={"help": "where problems run"}, timeout_s={"default": 120.0, "help": "seconds per problem"},
     )  # fmt: skip
-    check.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, or cores/2)")
+    check.add_argument(
+        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
+    )
     check.add_argument(
         "--max-memory", type=float, default=None, metavar="GIB",
         help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
