@@ -266,6 +266,29 @@ def test_a_sampling_or_worker_count_out_of_range_is_refused_before_anything_load
     assert not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "r.jsonl", "-k", "0"],
+        ["compose", "--per-api", "0", "--out", "m.jsonl"],
+        ["propose", "--min-apis", "0"],
+        ["sft", "--data", "d.jsonl", "--model", "m", "--out", "o", "--lr", "0"],
+        ["suite", "check", "builtin", "--max-memory", "-1"],
+        ["serve", "--port", "70000"],
+        ["train", "--config", "c.toml", "--dry-run", "--processes", "0"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_every_command_refuses_a_count_or_size_out_of_range(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("kz ") and ": error: argument " in last and "must be " in last
+    assert not any(tmp_path.iterdir()), "nothing is written before the command line is accepted"
+
+
 def test_eval_missing_problems_path(plugins, tmp_path, capsys):
     plugins("kz_triton")
     missing = tmp_path / "no" / "such" / "dir"

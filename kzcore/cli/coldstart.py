@@ -71,7 +71,7 @@ def _configure_distill(parser) -> None:
     parser.add_argument("--teacher", required=True, help="a policy spec, or solutions:SUITE for a suite's references")
     parser.add_argument("--problems", required=True, help="builtin[:levels], a directory, a .py file or a .jsonl")
     parser.add_argument("--language", action="append", default=None, help="repeatable (default: triton)")
-    parser.add_argument("-k", type=int, default=4, help="teacher samples per problem and language")
+    parser.add_argument("-k", type=ranged(int, 1), default=4, help="teacher samples per problem and language")
     parser.add_argument("--only-faster", action="store_true", help="keep only kernels faster than eager (GPU)")
     parser.add_argument("--template", default="principles", help="prompt template: kernelbench | principles")
     parser.add_argument("--out", default="runs/distill", help="output directory (sft.jsonl and the verified kernels)")
@@ -91,15 +91,19 @@ def _configure_sft(parser) -> None:
     parser.add_argument("--model", required=True, help="a checkpoint directory")
     parser.add_argument("--data", required=True, help="sft.jsonl from kz distill")
     parser.add_argument("--out", default="runs/sft", help="output directory for the fine-tuned checkpoint")
-    parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps")
-    parser.add_argument("--lr", type=float, default=2e-5, help="learning rate")
-    parser.add_argument("--batch-size", type=int, default=2, help="examples per device per step")
-    parser.add_argument("--max-length", type=int, default=4096, help="longest example in tokens (longer are cut)")
+    parser.add_argument("--max-steps", type=ranged(int, 1), default=20, help="optimizer steps")
+    parser.add_argument("--lr", type=ranged(float, 0, low_open=True), default=2e-5, help="learning rate")
+    parser.add_argument("--batch-size", type=ranged(int, 1), default=2, help="examples per device per step")
+    parser.add_argument(
+        "--max-length", type=ranged(int, 1), default=4096, help="longest example in tokens (longer are cut)"
+    )
     parser.add_argument("--cpu", action="store_true", help="train on the CPU (required on a machine without CUDA)")
     parser.add_argument("--report-to", action="append", default=[], help="e.g. tensorboard")
-    parser.add_argument("--save-steps", type=int, default=0, help="save the trainer's state every N steps (0: by time)")
     parser.add_argument(
-        "--save-minutes", type=float, default=5.0,
+        "--save-steps", type=ranged(int, 0), default=0, help="save the trainer's state every N steps (0: by time)"
+    )
+    parser.add_argument(
+        "--save-minutes", type=ranged(float, 0), default=5.0,
         help="save the trainer's state when this many minutes passed since the last save (0: by steps only); "
         "the same command resumes from the newest save",
     )  # fmt: skip

@@ -198,7 +198,7 @@ def _configure(parser) -> None:
         "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
     )
     _add_eval_args(parser)
-    parser.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    parser.add_argument("-k", type=ranged(int, 1), default=1, help="k for pass@k / fast_p@k")
     parser.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     parser.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
     _add_only(parser, "evaluate", ", each keeping its level")

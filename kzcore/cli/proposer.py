@@ -131,16 +131,16 @@ def _configure_propose(parser) -> None:
         "pool --out, batch by batch."
     )
     parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the Proposer's policy")
-    parser.add_argument("--n", type=int, default=8, help="modules to propose")
+    parser.add_argument("--n", type=ranged(int, 1), default=8, help="modules to propose")
     parser.add_argument("--out", default="runs/pool.jsonl", help="task pool JSONL (appended)")
     parser.add_argument("--catalog", action="append", default=[], help="extra catalog JSON files (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for API sets and sampling")
-    parser.add_argument("--round", type=int, default=0, help="round number recorded with each module")
-    parser.add_argument("--min-apis", type=int, default=1, help="fewest APIs per sampled set")
-    parser.add_argument("--max-apis", type=int, default=4, help="most APIs per sampled set")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--max-new-tokens", type=int, default=768, help="most tokens per module")
+    parser.add_argument("--round", type=ranged(int, 0), default=0, help="round number recorded with each module")
+    parser.add_argument("--min-apis", type=ranged(int, 1), default=1, help="fewest APIs per sampled set")
+    parser.add_argument("--max-apis", type=ranged(int, 1), default=4, help="most APIs per sampled set")
+    parser.add_argument("--batch-size", type=ranged(int, 1), default=8, help="prompts per generate call")
+    parser.add_argument("--temperature", type=ranged(float, 0), default=1.0, help="sampling temperature")
+    parser.add_argument("--max-new-tokens", type=ranged(int, 1), default=768, help="most tokens per module")
     parser.add_argument(
         "--examples-from", action="append", default=[], metavar="SPEC",
         help="problems (a spec, repeatable) whose modules the prompt shows first, one for each requested API that "
@@ -166,7 +166,7 @@ def _configure_compose(parser) -> None:
         "cold_start_modules) with a coverage table beside it (OUT.coverage.json)."
     )
     parser.add_argument("--out", default="runs/composed.jsonl", help="problem JSONL to write (replaced)")
-    parser.add_argument("--per-api", type=int, default=3, help="modules per catalog API")
+    parser.add_argument("--per-api", type=ranged(int, 1), default=3, help="modules per catalog API")
     parser.add_argument("--seed", type=int, default=0, help="seed for partners, families and sizes")
     parser.add_argument("--apis", default=None, metavar="A,B", help="only these catalog APIs (default: all)")
     parser.add_argument("--catalog", action="append", default=[], help="extra catalog JSON files (repeatable)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kzcore.cli.options import INCLUDE_DEGENERATE_HELP
+from kzcore.cli.options import INCLUDE_DEGENERATE_HELP, ranged
 from kzcore.errors import KzError
 from kzcore.types import Command
 
@@ -72,7 +72,7 @@ def _configure(parser) -> None:
         "when the results hold timings (GPU runs)."
     )
     parser.add_argument("results", help="results JSONL (from kz eval)")
-    parser.add_argument("-k", type=int, default=1, help="k for pass@k / fast_p@k")
+    parser.add_argument("-k", type=ranged(int, 1), default=1, help="k for pass@k / fast_p@k")
     parser.add_argument("--include-degenerate", action="store_true", help=INCLUDE_DEGENERATE_HELP)
     parser.add_argument(
         "--plot", default=None, help="PNG path for the plots (default: next to the results file, .plots.png)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kzcore.cli.options import DEFAULT_POLICY
+from kzcore.cli.options import DEFAULT_POLICY, ranged
 from kzcore.types import Command
 
 
@@ -23,7 +23,7 @@ def _configure(parser) -> None:
     )
     parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME[:ARG]", help="the policy to serve")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument("--port", type=ranged(int, 0, 65535), default=8000, help="port to listen on")
     parser.add_argument("--model-name", default=None, help="model id clients see (default: the policy spec)")
 
 

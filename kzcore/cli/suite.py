@@ -191,7 +191,7 @@ def _configure(parser) -> None:
         "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
     )
     check.add_argument(
-        "--max-memory", type=float, default=None, metavar="GIB",
+        "--max-memory", type=ranged(float, 0, low_open=True), default=None, metavar="GIB",
         help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
     )  # fmt: skip
     check.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)

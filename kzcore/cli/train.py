@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kzcore.cli.options import UsageError
+from kzcore.cli.options import UsageError, ranged
 from kzcore.types import Command
 
 
@@ -61,7 +61,7 @@ def _configure(parser) -> None:
         help="print the plan (phases, processes, batch layout, evaluator workers, what exists here); train nothing",
     )  # fmt: skip
     parser.add_argument(
-        "--processes", type=int, default=None, help="with --dry-run: training processes (one GPU each)"
+        "--processes", type=ranged(int, 1), default=None, help="with --dry-run: training processes (one GPU each)"
     )  # fmt: skip
     parser.add_argument(
         "--accelerate-config", default=None, metavar="YAML",
