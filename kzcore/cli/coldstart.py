@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _config_from, _load_problems, ranged
+from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _add_workers, _config_from, _load_problems, ranged
 from kzcore.types import Command
 
 
@@ -75,9 +75,7 @@ def _configure_distill(parser) -> None:
     parser.add_argument("--only-faster", action="store_true", help="keep only kernels faster than eager (GPU)")
     parser.add_argument("--template", default="principles", help="prompt template: kernelbench | principles")
     parser.add_argument("--out", default="runs/distill", help="output directory (sft.jsonl and the verified kernels)")
-    parser.add_argument(
-        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
-    )
+    _add_workers(parser)
     parser.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)
     _add_eval_args(parser)
 

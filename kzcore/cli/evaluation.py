@@ -12,6 +12,7 @@ from kzcore.cli.options import (
     _add_eval_args,
     _add_only,
     _add_policy_args,
+    _add_workers,
     _config_from,
     _load_problems,
     _only,
@@ -194,9 +195,7 @@ def _configure(parser) -> None:
     parser.add_argument("--language", default="triton", help="kernel language of the candidates (see kz plugins)")
     parser.add_argument("--out", default="runs/results.jsonl", help="results JSONL (appended; re-running resumes)")
     parser.add_argument("--executor", default="local", help="where candidates run: local, or a plugin's (e.g. ray)")
-    parser.add_argument(
-        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
-    )
+    _add_workers(parser)
     _add_eval_args(parser)
     parser.add_argument("-k", type=ranged(int, 1), default=1, help="k for pass@k / fast_p@k")
     parser.add_argument("--kernelbench", default=None, metavar="PATH", help=KERNELBENCH_HELP)

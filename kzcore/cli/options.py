@@ -60,6 +60,13 @@ def ranged(kind, low, high=None, *, low_open: bool = False):
     return convert
 
 
+def _add_workers(parser) -> None:
+    """``--workers``, the same for every command that runs a pool of evaluator workers."""
+    parser.add_argument(
+        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
+    )
+
+
 def _add_policy_args(parser, policy_help: str, default: str | None = DEFAULT_POLICY) -> None:
     """The policy and its sampling options, for the commands that sample (`kz sample`, `kz eval --policy`)."""
     parser.add_argument("--policy", default=default, metavar="NAME[:ARG]", help=policy_help)

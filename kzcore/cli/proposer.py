@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kzcore.cli.options import DEFAULT_POLICY, _add_eval_args, _config_from, _load_problems, ranged
+from kzcore.cli.options import DEFAULT_POLICY, _add_eval_args, _add_workers, _config_from, _load_problems, ranged
 from kzcore.errors import KzError
 from kzcore.types import Command
 
@@ -151,9 +151,7 @@ def _configure_propose(parser) -> None:
         parser, ("device", "timeout_s"),
         device={"help": "where modules are checked"}, timeout_s={"default": 60.0, "help": "seconds per module check"},
     )  # fmt: skip
-    parser.add_argument(
-        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
-    )
+    _add_workers(parser)
 
 
 def _configure_compose(parser) -> None:

@@ -7,7 +7,16 @@ import sys
 import time
 from pathlib import Path
 
-from kzcore.cli.options import KERNELBENCH_HELP, _add_eval_args, _add_only, _config_from, _load_problems, _only, ranged
+from kzcore.cli.options import (
+    KERNELBENCH_HELP,
+    _add_eval_args,
+    _add_only,
+    _add_workers,
+    _config_from,
+    _load_problems,
+    _only,
+    ranged,
+)
 from kzcore.errors import KzError
 from kzcore.types import Command
 
@@ -187,9 +196,7 @@ def _configure(parser) -> None:
         check, ("device", "size", "timeout_s"),
         device={"help": "where problems run"}, timeout_s={"default": 120.0, "help": "seconds per problem"},
     )  # fmt: skip
-    check.add_argument(
-        "--workers", type=ranged(int, 1), default=None, help="worker processes (default: one per GPU, or cores/2)"
-    )
+    _add_workers(check)
     check.add_argument(
         "--max-memory", type=ranged(float, 0, low_open=True), default=None, metavar="GIB",
         help="memory budget per problem in GiB (default: 0.8 x the device's free memory)",
