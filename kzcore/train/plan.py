@@ -293,7 +293,7 @@ def format_plan(plan: dict) -> list[str]:
     h = plan["heldout"]
     lines.append(
         f"held-out: n = {h['n']}, pass@k for k in {h['k']}"
-        + (f" (not {h['k_above_n']}: above n)" if h.get("k_above_n") else "")
+        + (f" (not {h['k_above_n']}: above n)" if h["k_above_n"] else "")
         + ", after "
         + ("the base model, " if h["base"] else "")
         + {"every": "SFT and every Coder phase", "ends": "SFT and the last Coder phase"}.get(
