@@ -345,7 +345,7 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
 @pytest.mark.parametrize(
     "kind, problem, found",
     [
-        # the problem's own Model.forward replaced (found through an aliased `sys`): the reference slowed
+        # the problem's own Model.forward replaced (found through `sys` bound by a subscript): the reference slowed
         ("slow_reference", "1_ReLU", "changed the problem or its reference model: `Model.forward`"),
         # torch.nn.LayerNorm.forward replaced at import through an alias: every layer class is watched
         ("slow_layer_class", "13_LayerNorm", "replaced `torch.nn.LayerNorm.forward`"),
@@ -592,3 +592,140 @@ def test_legit_kernel_is_correct(triton_pool, problems, kind):
     assert result.status is Status.CORRECT, result.message
     assert result.message == "" and result.launches >= CONFIG.trials
     assert triton_pool.replaced == replaced_before  # nothing it did looked like tampering
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reach into the evaluator's state: a library's importer, an aliased module, a function's live defaults
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # `import sys as _s; _s.modules[...]`: the attribute rules read a path through the names bound to it
+        ("sys_alias_guard_depth", "`sys.modules` reaches into PyTorch or Python internals"),
+        # kzcore's plugin manager, a Language class flag, the tamper watch's records and the worker's frames, each
+        # reached through `torch.package.sys_importer.import_module` (any module by a string, around the imports)
+        ("plugin_reference_echo", "`torch.package` reaches into PyTorch or Python internals"),
+        ("language_flag_guard_off", "`torch.package.sys_importer.import_module` reaches into PyTorch or Python"),
+        ("clear_watch_records", "`torch.package.sys_importer` reaches into PyTorch or Python internals"),
+        ("forged_result_pipe", "`torch.package.sys_importer` reaches into PyTorch or Python internals"),
+        # the launch wrapper's `__kwdefaults__` (where it once kept the function it calls)
+        ("kwdefaults_launch", "`softmax_kernel.run.__kwdefaults__` reaches into Python internals"),
+    ],
+)
+def test_reach_by_a_library_importer_an_alias_or_live_defaults_fails_the_static_check(kind, expected):
+    problems = check_source(source_of(kind))
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import sys as s\nm = s\nx = m.modules\n", "`sys.modules`"),
+        ("from torch import package as p\nh = p.sys_importer\n", "`torch.package"),
+        ("import torch\nloader = torch.hub\n", "`torch.hub`"),
+        ("import torch\nimport triton\nm = triton.knobs.import_module('gc')\n", "import_module"),
+        ("import torch\ndef f(g):\n    return g.__defaults__\n", "__defaults__"),
+        ("import torch\nx = torch\nx = x.nn\n", None),  # a self-referencing alias ends (and is harmless)
+    ],
+)
+def test_the_attribute_rules_follow_aliases_and_refuse_importers_by_name(source, expected):
+    problems = check_source(source + "\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    reach = [p for p in problems if "ModelNew" not in p and "kernel" not in p]
+    if expected is None:
+        assert not reach, reach
+    else:
+        assert any(expected in p for p in reach), problems
+
+
+def test_watch_reports_a_plugin_registered_in_the_evaluators_plugin_manager():
+    from kzcore import hookimpl
+
+    pm = new_plugin_manager(load_entry_points=False, extra=["kz_triton"])
+    watch = integrity.Watch(pm=pm)
+    assert watch.findings() == []
+
+    class ReferenceEcho:  # what plugin_reference_echo.py registers: the reference answers with the candidate's output
+        @hookimpl(tryfirst=True)
+        def kz_run_forward(self, language, model, inputs):
+            return None
+
+    pm.register(ReferenceEcho())
+    found = watch.findings()
+    assert len(found) == 1 and "changed the plugin manager's `(plugins)`, `kz_run_forward`" in found[0], found
+    # an implementation moved within a hook's list, with no plugin registered, is a change too
+    watch = integrity.Watch(pm=pm)
+    caller = pm.hook.kz_check_outputs
+    impls = caller._hookimpls
+    impls.insert(0, impls.pop())
+    try:
+        assert any("`kz_check_outputs`" in f for f in watch.findings())
+    finally:
+        impls.append(impls.pop(0))
+
+
+def test_watch_reports_a_class_flag_of_the_evaluator_set_from_outside(monkeypatch):
+    from kzcore.language import Language
+
+    watch = integrity.Watch()
+    monkeypatch.setattr(Language, "guard_torch_ops", False)  # what language_flag_guard_off.py does
+    assert watch.findings() == [
+        "replaced `kzcore.language.Language.guard_torch_ops` (monkey-patching the evaluator, timers or torch)"
+    ]
+
+
+def test_watch_reports_its_own_records_emptied(monkeypatch):
+    watch = integrity.Watch()
+    monkeypatch.setattr(integrity, "_watched", {})  # a record set swapped for an empty one
+    assert "emptied or replaced the tamper watch's own records" in watch.findings()
+    monkeypatch.undo()
+    watch = integrity.Watch()
+    saved = dict(integrity._watched)
+    integrity._watched.clear()  # emptied in place, as clear_watch_records.py does
+    try:
+        assert "emptied or replaced the tamper watch's own records" in watch.findings()
+    finally:
+        integrity._watched.update(saved)
+    assert watch.findings() == []
+
+
+def test_the_launch_wrapper_keeps_what_it_calls_out_of_reach(tmp_path):
+    """kz_triton's counting wrapper holds the kernel's own launch in a closure: no live ``__kwdefaults__`` to
+    swap (kwdefaults_launch.py), and an interpreted launch accepts only a real bound method of the kernel."""
+    from kz_triton import runtime
+    from kzcore.language import import_module_from_file
+
+    path = tmp_path / "kz_candidate_launch.py"
+    path.write_text(source_of("kwdefaults_launch"))
+    module = import_module_from_file(path, "kz_candidate_launch")
+    runtime.instrument(module)
+    run = module.softmax_kernel.run
+    assert run.__kwdefaults__ is None and run.__defaults__ is None
+
+    class Impostor:  # carries the two attributes a duck-typed check would have read
+        __func__ = staticmethod(type(module.softmax_kernel).run)
+        __self__ = module.softmax_kernel
+
+    launch = runtime._Launch(module, module.softmax_kernel, Impostor(), set())
+    with pytest.raises(runtime.LaunchRefused, match="launch method was replaced"):
+        launch.verify()
+
+
+@pytest.mark.parametrize(
+    "kind, problem, status, message",
+    [
+        # fp32 on an instance's first call, bf16 from its second: the varied trial 1 is judged by the precision bar
+        ("bf16_after_first_call", "8_MeanReduction", Status.INCORRECT, "trial 1"),
+        # honest in the trials, then a 3/4 row subsample of a 0-d loss: its timed pairs compare the whole output
+        ("subsample_after_trials", "94_MSELoss", Status.HACK_SUSPECTED, "it computes below the problem's precision"),
+    ],
+)
+def test_precision_or_work_cut_after_the_first_trial_is_refused(triton_pool, problems, kind, problem, status, message):
+    if problem not in problems:
+        pm = new_plugin_manager(load_entry_points=False, extra=["kz_suites"])
+        problems = {p.name: p for p in load_problems("kernelbench:1", pm=pm)}
+    result = run_one(triton_pool, problems[problem], source_of(kind))
+    assert result.status is status, result.message
+    assert message in result.message
+    assert "precision" in result.message

@@ -105,7 +105,7 @@ def _extend_baseline(languages=()) -> None:
         label = f"Language[{language.name!r}]"
         if label not in _seen_modules and hasattr(language, "__dict__"):
             _seen_modules.add(label)
-            _record(label, language, _is_code, namespace=True)
+            _record(label, language, _is_own_binding, namespace=True)
     import random  # noqa: F401  (watched: the timed pairs' draws and the trials' salt come from these)
     import secrets  # noqa: F401
     import threading  # noqa: F401  (imported so its thread starter can be counted)
@@ -129,8 +129,8 @@ def _extend_baseline(languages=()) -> None:
         _seen_modules.add(name)
         _record(name, module, _is_own_binding)
         for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__module__ == name:
-                _record(f"{name}.{value.__name__}", value, _is_code)
+            if isinstance(value, type) and value.__module__ == name:  # a class's public flags too (`guard_torch_ops`)
+                _record(f"{name}.{value.__name__}", value, _is_own_binding)
     _count_thread_starts()
 
 
@@ -313,6 +313,53 @@ def _renew_names() -> None:
         _namespaces[key] = (label, owner, frozenset(vars(owner)))
 
 
+def _records_state() -> tuple:
+    """The tamper records themselves, by identity and size: they only grow, so a record set emptied or replaced
+    (``integrity._watched.clear()``) is a finding of its own, not a watch that silently sees nothing."""
+    return (id(_watched), len(_watched), id(_namespaces), len(_namespaces), id(_seen_modules), id(_own_packages))
+
+
+def _records_shrunk(before: tuple) -> bool:
+    now = _records_state()
+    same = (0, 2, 4, 5)
+    return any(now[i] != before[i] for i in same) or now[1] < before[1] or now[3] < before[3]
+
+
+def plugin_state(pm) -> dict[str, tuple]:
+    """What the plugin manager ``pm`` would run for each hook: the plugins registered, and per hook its caller
+    and implementations (each implementation object and its function), by identity. A plugin registered from
+    candidate code, or an implementation added or swapped in place, runs inside the evaluator's own hook calls
+    (the reference's forward, the output check, the timer) with no binding replaced, so `replaced` cannot see
+    it; comparing this before and after does."""
+    if pm is None:
+        return {}
+    state: dict[str, tuple] = {
+        "(plugins)": tuple(id(p) for p in pm.get_plugins()),
+        "(manager)": _attribute_ids(pm),
+    }
+    for name, caller in vars(pm.hook).items():
+        impls = caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ()
+        state[name] = (id(caller), _attribute_ids(caller), tuple(_attribute_ids(impl) for impl in impls))
+    return state
+
+
+def _attribute_ids(obj) -> tuple:
+    """``obj``'s type and each attribute it holds (its ``__dict__`` and its classes' slots), by identity."""
+    names = list(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return (id(type(obj)),) + tuple((n, id(getattr(obj, n, _MISSING))) for n in dict.fromkeys(names))
+
+
+def plugin_changes(before: dict[str, tuple], pm) -> list[str]:
+    """Hooks (or the manager itself) whose state differs from ``before`` (`plugin_state`)."""
+    if pm is None:
+        return []
+    now = plugin_state(pm)
+    return sorted(name for name in before.keys() | now.keys() if before.get(name) != now.get(name))
+
+
 def _listing(names: list[str], most: int = 6) -> str:
     shown = ", ".join(f"`{n}`" for n in names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
@@ -331,9 +378,11 @@ class Watch:
     (their packages and objects are watched too); ``findings()`` lists what the candidate has done to the
     process since, worded for the verdict message ([] when nothing)."""
 
-    def __init__(self, languages=()):
+    def __init__(self, languages=(), pm=None):
         _extend_baseline(languages)
         _renew_names()
+        self.records = _records_state()
+        self.pm, self.plugins = pm, plugin_state(pm)
         self.threads_before = _threads_started[0]
         self.precision = precision_settings()
         self.speed = speed_settings()
@@ -395,6 +444,14 @@ class Watch:
 
     def findings(self) -> list[str]:
         out = self.problem_findings()
+        if _records_shrunk(self.records):
+            out.append("emptied or replaced the tamper watch's own records")
+        hooks = plugin_changes(self.plugins, self.pm)
+        if hooks:
+            out.append(
+                f"changed the plugin manager's {_listing(hooks)} (a plugin or hook implementation registered from"
+                " candidate code runs inside the evaluator's own calls)"
+            )
         for verb, names in (("replaced", replaced()), ("added", added())):
             if names:
                 out.append(f"{verb} {_listing(names)} (monkey-patching the evaluator, timers or torch)")

@@ -61,7 +61,7 @@ class Evaluation:
         state = self.state
         status, message = Status.CORRECT, ""
         launches = None
-        watch = state.watch = integrity.Watch(state.languages())  # taken before any candidate code runs
+        watch = state.watch = integrity.Watch(state.languages(), pm=state.pm)  # taken before any candidate code runs
         try:
             source = extract_source(state)
             static_check(state, source)

@@ -72,6 +72,9 @@ class SpotCheck:
         # per placement, after `verify`: (relative L2 error of the candidate's floating values against the
         # reference's where those are finite, how many values): what the precision policy reads while timed
         self.errors: dict[int, tuple[float, int]] = {}
+        # placements whose every floating output was compared whole in every pair (an output of at most `count`
+        # values): their error is the outputs' exact error, with no sampling noise, however few values it has
+        self.whole: set[int] = set()
         self._kept: dict[tuple, list] = {}  # per output (index, dtype, values, device): (pair, expected, actual)
         self.compared = 0
 
@@ -152,6 +155,8 @@ class SpotCheck:
                     for k in range(3):
                         acc[k] += row[k + 1]
         self.errors = {g: ((err / norm) ** 0.5 if norm > 0 else 0.0, int(n)) for g, (err, norm, n) in sums.items()}
+        sampled = {groups[pair] for (_i, dtype, n, _d), rows in kept.items() if n > self.count for pair, _, _ in rows}
+        self.whole = set(self.errors) - sampled
         for n, place in zip(totals, places):
             if n:
                 return (

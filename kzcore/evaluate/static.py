@@ -73,6 +73,9 @@ MODULE_ATTRS = frozenset(
 FORBIDDEN_ATTRS = (
     "sys.modules", "torch._C", "_python_dispatch", "torch.ops", "torch.library", "torch.save", "torch.load",
     "torch.serialization", "torch.frombuffer", "torch.profiler", "torch.autograd.profiler", "torch.cuda.jiterator",
+    # importers that load or fetch any module by a string (`torch.package.sys_importer.import_module("gc")`,
+    # `torch.hub.load`), around the import rules
+    "torch.package", "torch.hub",
 )  # fmt: skip
 # C++ built on the host at run time: a language whose kernels are built another way (Triton) has no use for it
 HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
@@ -90,6 +93,13 @@ ESCAPE_NAMES = frozenset(
     tb_frame gi_frame cr_frame ag_frame attrgetter get_type_hints get_annotations ForwardRef _eval_type
     evaluate_forward_ref resolve_types singledispatch singledispatchmethod
     methodcaller __getattr__ __array_interface__ __array_struct__ ctypeslib to_dlpack from_dlpack dlpack""".split()
+    # a function's live default values (the evaluator's launch wrappers keep state in closures, not defaults) and
+    # a frame's arguments and locals by another name
+    + "__defaults__ __kwdefaults__ getargvalues getclosurevars getmembers getmembers_static".split()
+    # a module fetched or loaded by a string, whatever library offers it (importlib's, torch.package's, a
+    # finder's or a loader's own method)
+    + """import_module sys_importer OrderedImporter find_spec find_module find_loader spec_from_file_location
+    spec_from_loader module_from_spec exec_module load_module""".split()
     # a tensor's memory shared as a file or read and written by file descriptor, around every tensor method
     + """untyped_storage _typed_storage _share_fd_cpu_ _share_filename_cpu_ _share_cuda_ _new_shared
     _new_shared_fd_cpu _new_shared_filename_cpu _new_using_fd_cpu _new_using_filename_cpu pread pwrite preadv
@@ -228,6 +238,7 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
     ways around those rules (``escape_violations``)."""
     problems: list[str] = []
     internals: dict[int, str] = {}
+    aliases = module_aliases(tree)
     for node in ast_walk(tree):
         if isinstance(node, ast.Try):
             problems.append(f"line {node.lineno}: try/except is not allowed (no fallback paths)")
@@ -245,15 +256,52 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
                 if any(bad in path for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS) or _private_torch(path):
                     internals.setdefault(node.lineno, path)
         elif isinstance(node, ast.Attribute) and (
-            any(bad in dotted(node) for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS) or _private_torch(dotted(node))
+            any(bad in (path := canonical(dotted(node), aliases)) for bad in FORBIDDEN_ATTRS + HOST_BUILD_ATTRS)
+            or _private_torch(path)
         ):  # a private part of torch by attribute path too (`torch.utils._mode_utils.no_dispatch`)
-            internals.setdefault(node.lineno, dotted(node))  # ast.walk meets the outermost attribute first
+            internals.setdefault(node.lineno, path)  # ast.walk meets the outermost attribute first
     return (
         problems
         + [f"line {line}: `{name}` reaches into PyTorch or Python internals" for line, name in internals.items()]
         + escape_violations(tree)
         + numpy_violations(tree)
     )
+
+
+def module_aliases(tree: ast.Module) -> dict[str, str]:
+    """Each name the module binds to a module or to an attribute path from one, with the full path it stands
+    for: ``import sys as s`` gives ``s`` = ``sys``, ``from torch import package as p`` gives ``p`` =
+    ``torch.package``, and ``m = s`` or ``h = p.sys_importer`` follow them (anywhere in the module, until
+    nothing new is found). The attribute rules read paths through them (`canonical`), so an alias spells the
+    path it stands for."""
+    found: dict[str, str] = {}
+    for node in ast_walk(tree):
+        if isinstance(node, ast.Import):
+            found.update({a.asname: a.name for a in node.names if a.asname and a.asname != a.name})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names if a.name != "*"})
+    assigns = [
+        n for n in ast_walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Name, ast.Attribute))
+    ]
+    changed, rounds = True, 0
+    while changed and rounds <= len(assigns):  # bounded: `x = x.y` would otherwise grow the path for ever
+        changed, rounds = False, rounds + 1
+        for node in assigns:
+            path = dotted(node.value)
+            if not path or path.split(".")[0] not in found:
+                continue
+            full = canonical(path, found)
+            for target in node.targets:
+                if isinstance(target, ast.Name) and found.get(target.id) != full and target.id != full:
+                    found[target.id] = full
+                    changed = True
+    return found
+
+
+def canonical(path: str, aliases: dict[str, str]) -> str:
+    """``path`` with its first name replaced by the path that name stands for (`module_aliases`)."""
+    head, dot, rest = path.partition(".")
+    return aliases[head] + dot + rest if head in aliases else path
 
 
 def numpy_violations(tree: ast.Module) -> list[str]:

@@ -157,7 +157,8 @@ def precision_while_timed(state: EvaluationState, rounds: TimedRounds, reference
     trial_error, spots = state.fields.get("rel_l2_err"), rounds.spots
     if spots is None or trial_error is None or state.config.precision != "tf32":
         return
-    judged = {g: err for g, (err, n) in spots.errors.items() if n >= TIMED_PRECISION_SAMPLES}
+    # a sampled error needs enough values to stand for its outputs; an output compared whole is its own error
+    judged = {g: err for g, (err, n) in spots.errors.items() if n >= TIMED_PRECISION_SAMPLES or g in spots.whole}
     if not judged:
         return
     group, error = max(judged.items(), key=lambda kv: kv[1])

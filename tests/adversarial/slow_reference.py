@@ -1,13 +1,15 @@
-"""Cheat: an honest ReLU kernel, but ModelNew's constructor finds the problem's module (through an aliased
-`sys`) and makes its reference `Model` run forward ten times a call: the same output, a reference ten times
+"""Cheat: an honest ReLU kernel, but ModelNew's constructor finds the problem's module (through `sys`
+bound by a subscript) and makes its reference `Model` run forward ten times a call: the same output, a reference ten times
 slower, a speedup to match (1_ReLU)."""
 
-import sys as _interpreter
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from torch import nn
+
+_interpreter = (sys,)[0]  # a binding through a subscript: the AST rules follow `import as` and `x = y` only
 
 
 @triton.jit

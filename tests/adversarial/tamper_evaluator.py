@@ -1,12 +1,14 @@
-"""Cheat: reaches the evaluator's own output check through an aliased `sys` (no kzcore import, no
+"""Cheat: reaches the evaluator's own output check through `sys` bound by a subscript (`(sys,)[0]`, a binding the attribute rules do not follow) (no kzcore import, no
 `sys.modules` spelled out) and replaces it with one that passes everything; the kernel writes zeros (1_ReLU)."""
 
-import sys as _interpreter
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from torch import nn
+
+_interpreter = (sys,)[0]  # a binding through a subscript: the AST rules follow `import as` and `x = y` only
 
 _outputs = _interpreter.modules["kzcore.builtins.outputs"]
 

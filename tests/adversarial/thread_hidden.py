@@ -1,13 +1,15 @@
-"""Cheat: torch.relu on a helper thread, with `threading` fetched through an aliased `sys` instead of being
+"""Cheat: torch.relu on a helper thread, with `threading` fetched through `sys` bound by a subscript (`(sys,)[0]`, a binding the attribute rules do not follow) instead of being
 imported, and the work in a lambda, past the static check; the op guard's dispatch mode is per thread
 (1_ReLU)."""
 
-import sys as _interpreter
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from torch import nn
+
+_interpreter = (sys,)[0]  # a binding through a subscript: the AST rules follow `import as` and `x = y` only
 
 
 @triton.jit

@@ -1,12 +1,14 @@
-"""Cheat: an honest ReLU kernel; the constructor finds the problem's module through an aliased `sys` and
+"""Cheat: an honest ReLU kernel; the constructor finds the problem's module through `sys` bound by a subscript (`(sys,)[0]`, a binding the attribute rules do not follow) and
 wraps its get_inputs so every input is zero, and the kernel writes zeros: relu(0) = 0 matches (1_ReLU)."""
 
-import sys as _interpreter
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from torch import nn
+
+_interpreter = (sys,)[0]  # a binding through a subscript: the AST rules follow `import as` and `x = y` only
 
 
 @triton.jit

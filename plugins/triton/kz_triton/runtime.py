@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import types
 from pathlib import Path
 
 from kzcore import CompileError, LaunchCounter, guard, import_module_from_file
@@ -66,25 +67,31 @@ def instrument(module):
     count = [0]
     wrapped = []  # (kernel, its own run, the counting wrapper)
     ours: set[int] = set()  # the wrappers' ids: a kernel's `run` must be one of them at an interpreted launch
-    for fn, tuned in _jit_functions(module):
-        original = fn.run
 
-        def run(*args, _original=original, _tuned=tuned, _fn=fn, **kwargs):
+    def counting(fn, original, tuned):
+        # what the wrapper calls lives in this closure's cells, not in keyword defaults: a function's
+        # `__kwdefaults__` is a live dict that anyone holding the kernel could rewrite
+        def run(*args, **kwargs):
             if _compile_only[0]:
-                if _tuned:  # the autotuner would time every config: leave it to the first real launch
+                if tuned:  # the autotuner would time every config: leave it to the first real launch
                     raise guard.PrecompileAbort("autotuned kernel")
                 kwargs["warmup"] = True
             else:
                 count[0] += 1
             try:
-                with _launch_guard(_fn, args, kwargs, _Launch(module, _fn, _original, ours)):
-                    result = _original(*args, **kwargs)
+                with _launch_guard(fn, args, kwargs, _Launch(module, fn, original, ours)):
+                    result = original(*args, **kwargs)
                     if _compile_only[0]:
                         _load(result)
                     return result
             except CompilationError as exc:
                 raise CompileError(f"Triton compilation failed: {exc}") from exc
 
+        return run
+
+    for fn, tuned in _jit_functions(module):
+        original = fn.run
+        run = counting(fn, original, tuned)
         fn.run = run
         ours.add(id(run))
         wrapped.append((fn, original, run))
@@ -462,9 +469,10 @@ class _Launch:
         self._injected_globals(snap)
         self._plain_globals(snap)
         run = snap["classes"][snap["module"].InterpretedFunction].get("run")
-        if (
-            getattr(self.original, "__func__", None) is not run
-            or getattr(self.original, "__self__", None) is not self.fn
+        if (  # a bound method exactly: any object can carry `__func__` and `__self__` attributes
+            self.original.__class__ is not types.MethodType
+            or self.original.__func__ is not run
+            or self.original.__self__ is not self.fn
         ):
             raise LaunchRefused(f"kernel `{_name(self.fn)}`: its launch method was replaced before it was instrumented")
         _pin_kernels(self.module, snap, self.ours)
