@@ -97,6 +97,30 @@ def triton_pool():
 
 
 @pytest.fixture(scope="module")
+def bare_pool():
+    """A pool whose static check passes everything (tests/fakes_static.py): the run-time layer alone."""
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton", "tests.fakes_static:NO_STATIC_CHECK"]) as pool:
+        yield pool
+
+
+# cheats that reach `sys.modules` through a binding the alias rules do not follow (`(sys,)[0]`): the static check
+# refuses them by its rule on the module table (`.modules` not called), and the run-time layer is tested on its own
+MODULE_TABLE = frozenset({"tamper_evaluator", "slow_reference", "trivial_inputs", "thread_hidden"})
+
+
+def past_the_static_check(kind: str) -> str:
+    """``kind``'s source, after checking what the static check says of it: nothing, or (`MODULE_TABLE`) only the
+    module-table rule, so the run-time layer is what the test measures."""
+    source = source_of(kind)
+    problems = check_source(source)
+    if kind in MODULE_TABLE:
+        assert problems and all("the interpreter's module table" in p for p in problems), problems
+    else:
+        assert problems == [], problems
+    return source
+
+
+@pytest.fixture(scope="module")
 def cuda_pool(own_workers):
     with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda"]) as pool:
         yield pool
@@ -328,18 +352,17 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
     ],
 )
 def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
-    triton_pool, problems, kind, names, worker_replacement
+    bare_pool, problems, kind, names, worker_replacement
 ):
-    source = source_of(kind)
-    assert check_source(source) == []  # the patches are reached through aliases the AST rules do not follow
-    replaced_before = triton_pool.replaced
-    result = run_one(triton_pool, problems["1_ReLU"], source)
+    source = past_the_static_check(kind)  # the patches are reached through bindings the AST rules do not follow
+    replaced_before = bare_pool.replaced
+    result = run_one(bare_pool, problems["1_ReLU"], source)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert result.message.startswith("after its import, the candidate's code replaced"), result.message
     for name in names:
         assert f"`{name}`" in result.message
     assert "candidate" not in result.stages  # found before any trial ran
-    assert triton_pool.replaced == replaced_before + 1  # a tampered process evaluates nothing more
+    assert bare_pool.replaced == replaced_before + 1  # a tampered process evaluates nothing more
 
 
 @pytest.mark.parametrize(
@@ -378,25 +401,23 @@ def test_triton_monkey_patching_is_hack_suspected_and_the_worker_replaced(
     ],
 )
 def test_triton_changing_the_reference_or_its_inputs_is_hack_suspected(
-    triton_pool, problems, kind, problem, found, worker_replacement
+    bare_pool, problems, kind, problem, found, worker_replacement
 ):
     """The other side of the comparison is the candidate's to leave alone (kzcore.evaluate.refwatch): each of
     these is judged `correct` when the problem watch is off; the tampered worker is replaced."""
-    source = source_of(kind)
-    assert check_source(source) == []
-    replaced_before = triton_pool.replaced
-    result = run_one(triton_pool, problems[problem], source)
+    source = past_the_static_check(kind)
+    replaced_before = bare_pool.replaced
+    result = run_one(bare_pool, problems[problem], source)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert found in result.message, result.message
-    assert triton_pool.replaced == replaced_before + 1
+    assert bare_pool.replaced == replaced_before + 1
 
 
-def test_triton_thread_started_past_the_static_check_is_hack_suspected(triton_pool, problems, worker_replacement):
+def test_triton_thread_started_past_the_static_check_is_hack_suspected(bare_pool, problems, worker_replacement):
     """(c) torch.relu on a thread (the op guard's mode is per thread): integrity's count of thread starts
     from candidate code outside kernel launches."""
-    source = source_of("thread_hidden")
-    assert check_source(source) == []
-    result = run_one(triton_pool, problems["1_ReLU"], source)
+    source = past_the_static_check("thread_hidden")
+    result = run_one(bare_pool, problems["1_ReLU"], source)
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert re.search(r"started \d+ Python thread\(s\) outside its kernel launches", result.message), result.message
 

@@ -52,7 +52,7 @@ FORBIDDEN_IMPORTS = frozenset(
     # attributes by a computed name (string.Formatter.get_field), source text the interpreter re-reads
     # (linecache), tensor bytes on the host by serialisation or raw buffers (io, pickle, mmap, array, struct)
     + "string linecache tokenize dis code codeop types weakref io pickle copyreg marshal shelve zipfile".split()
-    + "tarfile mmap array struct tempfile".split()
+    + "tarfile mmap array struct tempfile imp".split()
     # the evaluator's frames (traceback, pdb, bdb, fault and trace hooks) and modules fetched by a string
     # (pkgutil.resolve_name, pydoc.locate, runpy, zipimport, unittest.mock.patch). Signal handlers are watched at
     # run time instead (integrity.process_handlers): the worker's own fault handling is tested through them
@@ -410,7 +410,7 @@ def escape_violations(tree: ast.Module) -> list[str]:
                 add(f"line {line}: calls `{fn}` (dynamic code and namespace access are not allowed)")
             elif fn in ("getattr", "hasattr") and len(args) > 1:
                 name = args[1].value if isinstance(args[1], ast.Constant) else None
-                if not isinstance(name, str) or name.startswith("_"):
+                if not isinstance(name, str) or name.startswith("_") or name == "modules":
                     add(f"line {line}: `{fn}` with a computed or private attribute name is not allowed")
                 else:
                     add(_name_problem(name, line, f"{dotted(args[0]) or '?'}.{name}"))
@@ -434,6 +434,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
             add(_name_problem(node.name, line, node.name))
         elif isinstance(node, ast.Attribute):
             add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
+            if node.attr == "modules" and id(node) not in called:  # `nn.Module.modules()` is always called
+                add(f"line {line}: `{dotted(node) or '….modules'}` not called: the interpreter's module table")
             own = isinstance(node.value, ast.Name) and node.value.id == node.attr
             if node.attr in MODULE_ATTRS and not own and (node.attr != "numpy" or id(node) in inner):
                 add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches a module through another one")
