@@ -313,6 +313,13 @@ class EvalResult:
         return self.status is Status.CORRECT
 
     @property
+    def verified(self) -> bool:
+        """Correct on a problem the problem check did not flag: what training pays, keeps and fine-tunes on. On a
+        flagged problem a trivial output (zeros, a constant) passes the output check, so `correct` there says
+        nothing of the kernel."""
+        return self.correct and not self.problem_degenerate
+
+    @property
     def key(self) -> str:
         return f"level{self.level}/{self.problem}#{self.language}#{self.sample}"
 

@@ -148,3 +148,22 @@ def test_two_prompts_of_one_problem_are_two_groups_across_two_processes(tmp_path
         assert sorted(out["group_correct_rates"]) == [0.0, 1.0]
         # the phase's tally (measured pass rate per task, every process's verdicts): 2 of 4 for 1_ReLU
         assert out["tally"] == {"1/1_ReLU": [2, 4]}
+
+
+def test_a_correct_result_on_a_problem_the_check_flagged_is_not_paid():
+    """On a problem whose trivial output passes the output check (`problem_degenerate`), `correct` says nothing
+    of the kernel: CA-GRPO pays it as a failure, and distillation and the RFT control keep none of them."""
+    from kzcore.train.distill import keep
+    from kzcore.types import EvalResult
+
+    plain = EvalResult(problem="p", level=1, language="triton", sample=0, status=Status.CORRECT, speedup=2.0)
+    flagged = EvalResult(
+        problem="p", level=1, language="triton", sample=1, status=Status.CORRECT, speedup=2.0,
+        problem_degenerate="a zeros output passes the output check",
+    )  # fmt: skip
+    assert plain.verified and flagged.correct and not flagged.verified
+    verdicts = [Verdict.of("g", plain), Verdict.of("g", flagged)]
+    assert verdicts[1].degenerate and not verdicts[1].correct
+    rewards = ca_grpo_rewards(verdicts, CAGRPOConfig(tau=0.5))
+    assert rewards[0] >= 1.0 and rewards[1] == 0.0
+    assert keep(plain, only_faster=False) and not keep(flagged, only_faster=False)

@@ -60,15 +60,19 @@ class Verdict:
     # the speedup's relative noise margin (kzcore.metrics.speedup_margin); None: unknown, the floor applies
     margin: float | None = None
 
+    # the problem check flagged the task's problem (a trivial output passes it): a `correct` there is not paid
+    degenerate: bool = False
+
     @classmethod
     def of(cls, group: str, result: EvalResult) -> Verdict:
-        """The verdict of an evaluated completion: its status, speedup and the speedup's fast_p margin."""
+        """The verdict of an evaluated completion: its status, speedup, the speedup's fast_p margin, and whether
+        its problem was flagged by the problem check."""
         margin = speedup_margin(result) if result.speedup is not None else None
-        return cls(group, result.status, result.speedup, margin)
+        return cls(group, result.status, result.speedup, margin, bool(result.problem_degenerate))
 
     @property
     def correct(self) -> bool:
-        return self.status is Status.CORRECT
+        return self.status is Status.CORRECT and not self.degenerate
 
 
 @attrs.frozen

@@ -146,9 +146,9 @@ def rft_control(
     rows = []
     for result, completion in samples:
         counts = tally.setdefault(f"{result.level}/{result.problem}", [0, 0])
-        counts[0] += result.correct
+        counts[0] += result.verified
         counts[1] += 1
-        if result.correct:
+        if result.verified:
             rows.append(
                 {
                     "prompt": context.coder_prompt(by_key[(result.level, result.problem)]),

@@ -55,8 +55,9 @@ def _answer(candidate: Candidate, pm, keep_reasoning: bool = True) -> str:
 
 
 def keep(result: EvalResult, only_faster: bool) -> bool:
-    """Correct, and with ``only_faster`` faster than eager by fast_1's rule (parity within noise is not)."""
-    return result.correct and (not only_faster or is_faster(result, 1.0))
+    """Correct on a problem the check did not flag (`EvalResult.verified`), and with ``only_faster`` faster than
+    eager by fast_1's rule (parity within noise is not)."""
+    return result.verified and (not only_faster or is_faster(result, 1.0))
 
 
 def distill(
