@@ -54,8 +54,8 @@ THREAD_STARTERS = (("_thread", "start_new_thread"), ("_thread", "start_new"), ("
 _MISSING = object()
 _module_type = type(sys)
 
-# (id(owner), name) -> (label, owner, name, value as recorded)
-_watched: dict[tuple[int, str], tuple[str, object, str, object]] = {}
+# (id(owner), name) -> (label, owner, name, value as recorded, its code parts as recorded: `_code_parts`)
+_watched: dict[tuple[int, str], tuple[str, object, str, object, tuple]] = {}
 # id(owner) -> (label, owner, the names it had), for classes and kzcore's modules: a name added there
 # later can shadow an inherited method (``Tensor.any`` set on torch.Tensor) or a builtin (``type`` set on a
 # kzcore module). A name added to a library module shadows nothing, and libraries add some lazily.
@@ -80,7 +80,21 @@ def _record(label: str, owner, keep, namespace: bool = False) -> None:
         _namespaces.setdefault(id(owner), (label, owner, frozenset(vars(owner))))
     for name, value in list(vars(owner).items()):
         if keep(name, value):
-            _watched.setdefault((id(owner), name), (f"{label}.{name}", owner, name, value))
+            _watched.setdefault((id(owner), name), (f"{label}.{name}", owner, name, value, _code_parts(value)))
+
+
+_function_type = type(_resolve)
+
+
+def _code_parts(value) -> tuple:
+    """A Python function's code, defaults and keyword defaults (of the function a staticmethod or classmethod
+    wraps too): swapping ``f.__code__`` keeps ``f`` itself, so a binding compared by identity alone would not
+    show it. () for anything else. Attribute reads only, no builtins (a candidate could have replaced those)."""
+    if value.__class__ is staticmethod or value.__class__ is classmethod:
+        value = value.__func__
+    if value.__class__ is not _function_type:
+        return ()
+    return (value.__code__, value.__defaults__, value.__kwdefaults__)
 
 
 def _is_code(name: str, value) -> bool:
@@ -150,7 +164,6 @@ def _from_candidate(frame) -> bool:
 def _count_thread_starts() -> None:
     """Wrap Python's thread starters (once) to count threads that candidate code starts outside its own
     kernel launches (a compiler's worker threads during a launch are not the candidate's)."""
-    from kzcore.evaluate import guard
 
     for module_name, attr in THREAD_STARTERS:
         module = sys.modules.get(module_name)
@@ -158,14 +171,22 @@ def _count_thread_starts() -> None:
         if start is None or getattr(start, "_kz_counting", False):
             continue
 
-        def counting(*args, _start=start, **kwargs):
-            if guard._depth == 0 and _from_candidate(sys._getframe(1)):
-                _threads_started[0] += 1
-            return _start(*args, **kwargs)
-
-        counting._kz_counting = True
+        counting = _counting(start)
         setattr(module, attr, counting)
-        _watched[(id(module), attr)] = (f"{module_name}.{attr}", module, attr, counting)
+        _watched[(id(module), attr)] = (f"{module_name}.{attr}", module, attr, counting, _code_parts(counting))
+
+
+def _counting(start):
+    """``start`` wrapped to count the threads candidate code starts (what it calls lives in this closure)."""
+    from kzcore.evaluate import guard
+
+    def counting(*args, **kwargs):
+        if guard._depth == 0 and _from_candidate(sys._getframe(1)):
+            _threads_started[0] += 1
+        return start(*args, **kwargs)
+
+    counting._kz_counting = True
+    return counting
 
 
 def _active_modes() -> list[str]:
@@ -277,11 +298,18 @@ def replaced() -> list[str]:
     """Watched names whose binding is no longer the one recorded (replaced or deleted). No builtins are
     called here: they are among the watched names a candidate could replace."""
     out = []
-    for label, owner, name, value in _watched.values():
+    for label, owner, name, value, parts in _watched.values():
         current = owner.__dict__.get(name, _MISSING)
         if current is not value and not _torch_wrapper_of(current, value):
             out.append(label)
+        elif parts and _parts_changed(parts, _code_parts(value)):
+            out.append(f"{label} (its code or defaults)")
     return out
+
+
+def _parts_changed(before: tuple, now: tuple) -> bool:
+    """Whether a function's (code, defaults, keyword defaults) differ by identity (no builtins called)."""
+    return not now or before[0] is not now[0] or before[1] is not now[1] or before[2] is not now[2]
 
 
 # Dunders Python itself caches on a class: copyreg stores ``__slotnames__`` the first time an instance is

@@ -76,6 +76,7 @@ class SpotCheck:
         # values): their error is the outputs' exact error, with no sampling noise, however few values it has
         self.whole: set[int] = set()
         self._kept: dict[tuple, list] = {}  # per output (index, dtype, values, device): (pair, expected, actual)
+        self._sampled: set[int] = set()  # placements with a floating output of more than `count` values
         self.compared = 0
 
     def _draw(self, i: int, t):
@@ -129,6 +130,9 @@ class SpotCheck:
         pair = len(self._where)
         self._where.append(where)
         self._groups.append(group)
+        for entry in ref_layout:  # the outputs' own sizes (what was kept is at most `count` values of each)
+            if not isinstance(entry, str) and entry[1].is_floating_point and _numel(entry[0]) > self.count:
+                self._sampled.add(group)
         for i, (e, a) in enumerate(zip(ref, cand)):
             if e is not None:
                 self._kept.setdefault((i, e.dtype, e.numel(), e.device), []).append((pair, e, a))
@@ -138,8 +142,8 @@ class SpotCheck:
         naming the first pair with values outside, else "". Fills `errors`."""
         import torch
 
-        places, groups, kept = self._where, self._groups, self._kept
-        self._where, self._groups, self._kept = [], [], {}
+        places, groups, kept, sampled = self._where, self._groups, self._kept, self._sampled
+        self._where, self._groups, self._kept, self._sampled = [], [], {}, set()
         self.compared += len(places)
         totals = [0] * len(places)
         sums: dict[int, list[float]] = {}
@@ -155,7 +159,6 @@ class SpotCheck:
                     for k in range(3):
                         acc[k] += row[k + 1]
         self.errors = {g: ((err / norm) ** 0.5 if norm > 0 else 0.0, int(n)) for g, (err, norm, n) in sums.items()}
-        sampled = {groups[pair] for (_i, dtype, n, _d), rows in kept.items() if n > self.count for pair, _, _ in rows}
         self.whole = set(self.errors) - sampled
         for n, place in zip(totals, places):
             if n:
@@ -165,6 +168,13 @@ class SpotCheck:
                     "correctness trials passed (work skipped or reused while timed?)"
                 )
         return ""
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
 
 
 def _error_sums(expected, actual) -> list:

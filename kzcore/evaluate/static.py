@@ -74,14 +74,34 @@ FORBIDDEN_ATTRS = (
     "sys.modules", "torch._C", "_python_dispatch", "torch.ops", "torch.library", "torch.save", "torch.load",
     "torch.serialization", "torch.frombuffer", "torch.profiler", "torch.autograd.profiler", "torch.cuda.jiterator",
     # importers that load or fetch any module by a string (`torch.package.sys_importer.import_module("gc")`,
-    # `torch.hub.load`), around the import rules
-    "torch.package", "torch.hub",
+    # `torch.hub.load`), and torch's runners of Python source strings (`torch.utils.benchmark.Timer(stmt=...)`,
+    # `torch.fx`'s code generation), around the import rules
+    "torch.package", "torch.hub", "torch.utils.benchmark", "torch.fx",
 )  # fmt: skip
 # C++ built on the host at run time: a language whose kernels are built another way (Triton) has no use for it
 HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
 # NumPy anywhere in a kernel module: allocation and dtypes only (its compute is host compute no kernel did)
 NUMPY_ALLOWED = frozenset(
     "empty zeros ones full arange dtype float16 float32 float64 int32 int64 int8 uint8 bool_".split()
+)
+# What a Triton kernel module may import at all (roots): besides the deny list above, an allow list, since every
+# other library can offer a string-to-code or string-to-module helper under a name no list spells (`doctest`,
+# `timeit`, `cProfile` run or resolve strings; a red team found each). Kernels need torch, Triton and a few
+# plain-Python helpers.
+KERNEL_IMPORTS = frozenset(
+    """torch triton math cmath numbers numpy typing typing_extensions functools itertools collections dataclasses
+    enum abc operator os sys warnings __future__""".split()
+)
+# Dunder attributes a kernel module may read (`super().__init__()`, `fn.__name__`, `triton.__version__`): any other
+# reaches an object's internals whatever object it is read off (`len.__self__` is the builtins module)
+ALLOWED_DUNDER_ATTRS = frozenset("__init__ __name__ __qualname__ __doc__ __version__ __module__".split())
+# Dunder names a module may read as names (`if __name__ == "__main__"`)
+ALLOWED_DUNDER_NAMES = frozenset("__name__ __file__ __doc__".split())
+# Dunder methods a kernel module's classes may define: any other is run by Python at moments the module does not
+# choose (`__del__` during the reference's call, `__index__`/`__eq__`/`__hash__` when the evaluator reads a value,
+# `__init_subclass__`/`__set_name__` at class creation, `__instancecheck__` in the evaluator's `isinstance`)
+ALLOWED_DUNDER_METHODS = frozenset(
+    "__init__ __repr__ __str__ __post_init__ __len__ __getitem__ __iter__ __next__ __call__ __enter__ __exit__".split()
 )
 # Anywhere in the module (module-level code runs in the evaluator's process too):
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
@@ -233,9 +253,14 @@ def forward_violations(mod: ModuleInfo) -> list[str]:
     return out
 
 
-def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS) -> list[str]:
-    """try/except fallbacks, forbidden imports, attribute paths into PyTorch or Python internals, and the
-    ways around those rules (``escape_violations``)."""
+def common_violations(
+    tree: ast.Module,
+    forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS,
+    allowed_imports: frozenset[str] | None = None,
+) -> list[str]:
+    """try/except fallbacks, forbidden imports (and with ``allowed_imports``, every import whose root is not
+    listed there), attribute paths into PyTorch or Python internals, and the ways around those rules
+    (``escape_violations``)."""
     problems: list[str] = []
     internals: dict[int, str] = {}
     aliases = module_aliases(tree)
@@ -248,6 +273,11 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
                 root = name.split(".")[0]
                 if root in forbidden_imports:
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
+                elif allowed_imports is not None and root not in allowed_imports:
+                    problems.append(
+                        f"line {node.lineno}: importing `{name}` is not allowed in a kernel module (it may import "
+                        f"{', '.join(sorted(a for a in allowed_imports if a != '__future__'))})"
+                    )
                 elif root.startswith("_") and root != "__future__":  # a C twin of a module the list bans (`_weakref`)
                     problems.append(f"line {node.lineno}: importing `{name}`, a private module, is not allowed")
             # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
@@ -329,7 +359,7 @@ def numpy_violations(tree: ast.Module) -> list[str]:
 def _private_torch(path: str) -> bool:
     """``torch._dynamo``, ``torch.utils._python_dispatch``: a private part of torch (a kernel module needs none)."""
     parts = path.split(".")
-    return parts[0] == "torch" and any(part.startswith("_") for part in parts[1:])
+    return parts[0] == "torch" and any(part.startswith("_") and not _dunder(part) for part in parts[1:])
 
 
 def _imported_names(tree: ast.Module) -> set[str]:
@@ -356,6 +386,40 @@ def _name_problem(name: str, line: int | str, path: str) -> str | None:
     if name == "suppress":
         return f"line {line}: `{path}` swallows errors like try/except (no fallback paths)"
     return None
+
+
+def _module_values(tree: ast.Module) -> set[str]:
+    """Names the module's top level binds to values it did not define there (a call's result, another name, an
+    attribute, a loop variable): an attribute set on one of them is set on an object from elsewhere (a module a
+    helper fetched, `_t = doctest._normalize_module(...)`), unlike one set on a class or function of its own."""
+    names: set[str] = set()
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets = [node.target]
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+    own = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names - own
+
+
+def _layer_package(node: ast.Attribute, aliases: dict[str, str]) -> bool:
+    """``torch.nn.modules`` (torch's package of layer classes, through any alias of ``torch`` or ``nn``) or
+    ``self.modules`` (`nn.Module.modules`, a method): the attributes named ``modules`` that are not the module table."""
+    path = canonical(dotted(node), aliases)
+    return path in ("torch.nn.modules", "self.modules") or (dotted(node) == "nn.modules" and "nn" not in aliases)
+
+
+def _dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _patch_target(node: ast.AST, imported: set[str]) -> str:
@@ -392,6 +456,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
     method), ``setattr`` on ``self`` with a computed or private name."""
     imported = _imported_names(tree)
     imported |= _aliases(tree, imported)
+    aliases = module_aliases(tree)
+    fetched = _module_values(tree) - imported
     called = {id(node.func) for node in ast_walk(tree) if isinstance(node, ast.Call)}
     # `x.numpy()` is a tensor method (the forward-path rules judge it); `m.numpy.f` reaches the module
     inner = {id(node.value) for node in ast_walk(tree) if isinstance(node, ast.Attribute)}
@@ -426,21 +492,34 @@ def escape_violations(tree: ast.Module) -> list[str]:
                 for t in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
                     if path := _patch_target(t, imported):
                         add(f"line {line}: assigns to `{path}` (monkey-patching is not allowed)")
+                    elif path := _patch_target(t, fetched):
+                        add(
+                            f"line {line}: assigns to `{path}`, an attribute of an object the module did not define "
+                            "(monkey-patching is not allowed)"
+                        )
         elif isinstance(node, ast.ClassDef):
             for base in node.bases:
                 if dotted(base).split(".")[-1] in ("Tensor", "Parameter") or dotted(base).endswith("Mode"):
                     add(f"line {line}: class `{node.name}` subclasses `{dotted(base)}` (no tensor subclasses or modes)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             add(_name_problem(node.name, line, node.name))
+            if _dunder(node.name) and node.name not in ALLOWED_DUNDER_METHODS:
+                add(f"line {line}: defines `{node.name}`, which Python runs at moments the module does not choose")
         elif isinstance(node, ast.Attribute):
             add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
-            if node.attr == "modules" and id(node) not in called:  # `nn.Module.modules()` is always called
+            if _dunder(node.attr) and node.attr not in ALLOWED_DUNDER_ATTRS | ESCAPE_NAMES | OVERRIDE_NAMES:
+                add(
+                    f"line {line}: `{dotted(node) or '.' + node.attr}` reaches into Python internals (dunder attribute)"
+                )
+            if node.attr == "modules" and id(node) not in called and not _layer_package(node, aliases):
                 add(f"line {line}: `{dotted(node) or '….modules'}` not called: the interpreter's module table")
             own = isinstance(node.value, ast.Name) and node.value.id == node.attr
             if node.attr in MODULE_ATTRS and not own and (node.attr != "numpy" or id(node) in inner):
                 add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches a module through another one")
         elif isinstance(node, ast.Name):
             add(_name_problem(node.id, line, node.id))
+            if _dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES | ESCAPE_NAMES | DYNAMIC_CALLS:
+                add(f"line {line}: `{node.id}` reaches into Python internals (dunder name)")
             if node.id in DYNAMIC_CALLS | REFLECTION_CALLS and id(node) not in called:
                 add(f"line {line}: `{node.id}` passed around as a value (dynamic access is not allowed)")
         elif isinstance(node, ast.ImportFrom):

@@ -447,6 +447,8 @@ def _interpreter_snapshot() -> dict:
         "globals": {k: v for k, v in vars(interpreter).items() if not (k.startswith("__") and k.endswith("__"))},
         "classes": {cls: dict(vars(cls)) for cls in classes},
         "semantic": dict(vars(semantic)),
+        # each method's code: a swapped `__code__` keeps the function object (and so the class's dict) unchanged
+        "codes": {(cls, k): v.__code__ for cls in classes for k, v in vars(cls).items() if hasattr(v, "__code__")},
     }
 
 
@@ -486,6 +488,8 @@ class _Launch:
             current = vars(cls)
             changed |= {f"{cls.__name__}.{k}" for k in current.keys() | members.keys() if k != "rewritten_fn"
                         and current.get(k) is not members.get(k)}  # fmt: skip
+        changed |= {f"{cls.__name__}.{k} (its code)" for (cls, k), code in snap["codes"].items()
+                    if getattr(vars(cls).get(k), "__code__", None) is not code}  # fmt: skip
         semantic = vars(module.interpreter_semantic) if "interpreter_semantic" not in changed else {}
         changed |= {f"interpreter_semantic.{k}" for k in semantic.keys() | snap["semantic"].keys()
                     if semantic.get(k) is not snap["semantic"].get(k)}  # fmt: skip
