@@ -103,20 +103,18 @@ def bare_pool():
         yield pool
 
 
-# cheats that reach `sys.modules` through a binding the alias rules do not follow (`(sys,)[0]`): the static check
-# refuses them by its rule on the module table (`.modules` not called), and the run-time layer is tested on its own
-MODULE_TABLE = frozenset({"tamper_evaluator", "slow_reference", "trivial_inputs", "thread_hidden"})
+# static rules written after the run-time defences these cheats were written against: the module table
+# (`.modules` not called, however `sys` was bound) and attributes set on an object the module fetched. A cheat they
+# refuse runs past the static check (`bare_pool`), so that the run-time layer behind them is tested on its own.
+LATER_RULES = ("the interpreter's module table", "an attribute of an object the module did not define")
 
 
 def past_the_static_check(kind: str) -> str:
-    """``kind``'s source, after checking what the static check says of it: nothing, or (`MODULE_TABLE`) only the
-    module-table rule, so the run-time layer is what the test measures."""
+    """``kind``'s source, after checking that the static check refuses it by none of its rules but `LATER_RULES`
+    (or not at all): the run-time layer is what the test measures."""
     source = source_of(kind)
     problems = check_source(source)
-    if kind in MODULE_TABLE:
-        assert problems and all("the interpreter's module table" in p for p in problems), problems
-    else:
-        assert problems == [], problems
+    assert all(any(rule in p for rule in LATER_RULES) for p in problems), problems
     return source
 
 
@@ -552,11 +550,12 @@ def test_cuda_kernel_never_launched_is_hack_suspected_on_cpu(cuda_pool, problems
     assert "launched none of the candidate's own cuda kernels" in result.message
 
 
-def test_cuda_timer_patching_is_hack_suspected_on_cpu(cuda_pool, problems):
+def test_cuda_timer_patching_is_hack_suspected_on_cpu(own_workers, problems):
     """(e) integrity.Watch after import: the patch happens when the module loads, before any launch."""
     source = source_of("cuda/patch_timer")
-    assert cuda_check_source(source) == []
-    result = run_one(cuda_pool, problems["1_ReLU"], source, language="cuda")
+    assert all(any(rule in p for rule in LATER_RULES) for p in cuda_check_source(source))
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda", "tests.fakes_static:NO_STATIC_CHECK"]) as pool:
+        result = run_one(pool, problems["1_ReLU"], source, language="cuda")
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "`time.perf_counter`" in result.message and "`torch.cuda.Event.elapsed_time`" in result.message
 
@@ -649,11 +648,24 @@ def test_reach_by_a_library_importer_an_alias_or_live_defaults_fails_the_static_
         ("import torch\nimport triton\nm = triton.knobs.import_module('gc')\n", "import_module"),
         ("import torch\ndef f(g):\n    return g.__defaults__\n", "__defaults__"),
         ("import torch\nx = torch\nx = x.nn\n", None),  # a self-referencing alias ends (and is harmless)
+        # the ninth red team's routes: runners of source strings and resolvers by name in the standard library
+        ("import torch\nimport doctest\n", "importing `doctest`"),
+        ("import torch\nimport timeit\n", "importing `timeit`"),
+        ("import torch\nimport cProfile\n", "importing `cProfile`"),
+        ("import torch\nt = torch.utils.benchmark.Timer\n", "`torch.utils.benchmark"),
+        ("import torch\nb = len.__self__\n", "`len.__self__`"),
+        ("import torch\nimport math\ng = math.__import__('gc')\n", "`math.__import__`"),
+        ("import torch\nclass Later:\n    def __del__(self):\n        pass\n", "defines `__del__`"),
+        # an attribute set on what a call returned at the top level (a module a helper fetched)
+        ("import torch\n_g = torch.nn.Module()\n_g._depth = 1\n", "an attribute of an object the module did not"),
+        # torch's package of layer classes and nn.Module.modules() are not the module table
+        ("import torch\nfrom torch import nn\nn = nn.modules.activation.ReLU.__name__\n", None),
     ],
 )
 def test_the_attribute_rules_follow_aliases_and_refuse_importers_by_name(source, expected):
     problems = check_source(source + "\nclass ModelNew(torch.nn.Module):\n    pass\n")
-    reach = [p for p in problems if "ModelNew" not in p and "kernel" not in p]
+    fragment = ("no `@triton.jit` kernel defined", "`ModelNew` has no `forward` method")  # the module is a fragment
+    reach = [p for p in problems if p not in fragment]
     if expected is None:
         assert not reach, reach
     else:
@@ -694,6 +706,24 @@ def test_watch_reports_a_class_flag_of_the_evaluator_set_from_outside(monkeypatc
     assert watch.findings() == [
         "replaced `kzcore.language.Language.guard_torch_ops` (monkey-patching the evaluator, timers or torch)"
     ]
+
+
+def test_watch_reports_a_function_whose_code_was_swapped():
+    """A swapped ``__code__`` keeps the function object, so its binding is unchanged (what the ninth red team did
+    to the output check, through a string `timeit` ran): the watch compares each function's code too."""
+    from kzcore.evaluate import checking
+
+    watch = integrity.Watch()
+    original = checking.check_outputs.__code__
+    checking.check_outputs.__code__ = original.replace(co_name="passes_everything")
+    try:
+        assert watch.findings() == [
+            "replaced `kzcore.evaluate.checking.check_outputs (its code or defaults)` (monkey-patching the "
+            "evaluator, timers or torch)"
+        ]
+    finally:
+        checking.check_outputs.__code__ = original
+    assert watch.findings() == []
 
 
 def test_watch_reports_its_own_records_emptied(monkeypatch):

