@@ -48,6 +48,7 @@ _PUBLIC = {
         (
             "FORBIDDEN_ATTRS",
             "FORBIDDEN_IMPORTS",
+            "KERNEL_IMPORTS",
             "METHOD_COMPUTE",
             "ModuleInfo",
             "ast_walk",

@@ -25,6 +25,7 @@ from kzcore.executors.local import LocalPool
 from kzcore.plugins import new_plugin_manager
 from kzcore.problems import load_problems
 from kzcore.types import Candidate, EvalConfig, EvalJob, EvalResult, Problem, Status
+from tests.fakes_static import BARE, only_later_rules
 
 HERE = Path(__file__).resolve().parent
 ADVERSARIAL = HERE / "adversarial"
@@ -99,22 +100,17 @@ def triton_pool():
 @pytest.fixture(scope="module")
 def bare_pool():
     """A pool whose static check passes everything (tests/fakes_static.py): the run-time layer alone."""
-    with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton", "tests.fakes_static:NO_STATIC_CHECK"]) as pool:
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_triton", BARE]) as pool:
         yield pool
 
 
-# static rules written after the run-time defences these cheats were written against: the module table
-# (`.modules` not called, however `sys` was bound) and attributes set on an object the module fetched. A cheat they
-# refuse runs past the static check (`bare_pool`), so that the run-time layer behind them is tested on its own.
-LATER_RULES = ("the interpreter's module table", "an attribute of an object the module did not define")
-
-
 def past_the_static_check(kind: str) -> str:
-    """``kind``'s source, after checking that the static check refuses it by none of its rules but `LATER_RULES`
-    (or not at all): the run-time layer is what the test measures."""
+    """``kind``'s source, after checking that the static check refuses it by none of its rules but the later ones
+    (tests/fakes_static.py), or not at all: it runs through `bare_pool`, and the run-time layer is what the test
+    measures."""
     source = source_of(kind)
     problems = check_source(source)
-    assert all(any(rule in p for rule in LATER_RULES) for p in problems), problems
+    assert only_later_rules(problems), problems
     return source
 
 
@@ -250,8 +246,8 @@ def test_torch_compute_only_where_the_guard_seems_off_is_caught_in_the_timed_cal
         ("signal_handler_relu", "1_ReLU", "after its construction, the candidate's code set the handler of SIGALRM"),
     ],
 )
-def test_process_precision_switched_by_the_candidate_is_caught(triton_pool, problems, kind, problem, expected):
-    result = run_one(triton_pool, problems[problem], source_of(kind))
+def test_process_precision_switched_by_the_candidate_is_caught(bare_pool, problems, kind, problem, expected):
+    result = run_one(bare_pool, problems[problem], past_the_static_check(kind))
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert expected in result.message, result.message
 
@@ -276,10 +272,9 @@ def test_host_compute_past_the_static_check_is_caught_by_the_op_guard(triton_poo
         ("proc_self_mem", "PermissionError: [Errno 13] evaluator workers may not open a process's memory"),
     ],
 )
-def test_ways_into_the_interpreted_launch_or_process_memory_fail_the_candidate(triton_pool, problems, kind, expected):
-    source = source_of(kind)
-    assert check_source(source) == []
-    result = run_one(triton_pool, problems["19_Matmul"], source)
+def test_ways_into_the_interpreted_launch_or_process_memory_fail_the_candidate(bare_pool, problems, kind, expected):
+    source = past_the_static_check(kind)
+    result = run_one(bare_pool, problems["19_Matmul"], source)
     assert result.status is Status.RUNTIME_ERROR and expected in result.message, result.message
 
 
@@ -316,12 +311,11 @@ def test_a_memoriser_of_the_trials_inputs_misses_under_the_secret_salt(problems,
     up passes every trial with a wrong kernel unless the evaluation salts them with a secret drawn after the
     candidate is built (EvalConfig.secret_inputs). Without the salt the same candidate is `correct`: the
     defence, not the candidate, is what fails it."""
-    source = source_of("precomputed_trials")
-    assert check_source(source) == []
+    source = past_the_static_check("precomputed_trials")
     plain = EvalConfig(device="cpu", trials=5, timeout_s=60, second_shape="")
     cand = Candidate(problem="5_Softplus", language="triton", level=1, source=source)
     problem = problems["5_Softplus"]
-    with LocalPool(workers=1, config=plain, plugins=["kz_triton"]) as pool:
+    with LocalPool(workers=1, config=plain, plugins=["kz_triton", BARE]) as pool:
         open_seeds, salted = pool.map(
             [EvalJob(problem, cand, attrs.evolve(plain, secret_inputs=False)), EvalJob(problem, cand, plain)]
         )
@@ -425,12 +419,11 @@ def test_triton_thread_started_past_the_static_check_is_hack_suspected(bare_pool
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_triton_lazy_tensor_subclass_output_is_incorrect(triton_pool, problems):
+def test_triton_lazy_tensor_subclass_output_is_incorrect(bare_pool, problems):
     """(d) the type check (plain torch.Tensor only): without it the deferred kernel runs inside the
     comparison and the output matches."""
-    source = source_of("lazy_subclass")
-    assert check_source(source) == []
-    result = run_one(triton_pool, problems["1_ReLU"], source)
+    source = past_the_static_check("lazy_subclass")
+    result = run_one(bare_pool, problems["1_ReLU"], source)
     assert result.status is Status.INCORRECT, result.message
     assert "output is Deferred, expected a plain torch.Tensor" in result.message
 
@@ -553,8 +546,8 @@ def test_cuda_kernel_never_launched_is_hack_suspected_on_cpu(cuda_pool, problems
 def test_cuda_timer_patching_is_hack_suspected_on_cpu(own_workers, problems):
     """(e) integrity.Watch after import: the patch happens when the module loads, before any launch."""
     source = source_of("cuda/patch_timer")
-    assert all(any(rule in p for rule in LATER_RULES) for p in cuda_check_source(source))
-    with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda", "tests.fakes_static:NO_STATIC_CHECK"]) as pool:
+    assert only_later_rules(cuda_check_source(source))
+    with LocalPool(workers=1, config=CONFIG, plugins=["kz_cuda", BARE]) as pool:
         result = run_one(pool, problems["1_ReLU"], source, language="cuda")
     assert result.status is Status.HACK_SUSPECTED, result.message
     assert "`time.perf_counter`" in result.message and "`torch.cuda.Event.elapsed_time`" in result.message
@@ -717,10 +710,8 @@ def test_watch_reports_a_function_whose_code_was_swapped():
     original = checking.check_outputs.__code__
     checking.check_outputs.__code__ = original.replace(co_name="passes_everything")
     try:
-        assert watch.findings() == [
-            "replaced `kzcore.evaluate.checking.check_outputs (its code or defaults)` (monkey-patching the "
-            "evaluator, timers or torch)"
-        ]
+        (found,) = watch.findings()  # every module that binds the function names it (problem_check imports it)
+        assert found.startswith("replaced `kzcore.evaluate.checking.check_outputs (its code or defaults)`"), found
     finally:
         checking.check_outputs.__code__ = original
     assert watch.findings() == []
@@ -741,7 +732,7 @@ def test_watch_reports_its_own_records_emptied(monkeypatch):
     assert watch.findings() == []
 
 
-def test_the_launch_wrapper_keeps_what_it_calls_out_of_reach(tmp_path):
+def test_the_launch_wrapper_keeps_what_it_calls_out_of_reach(tmp_path, monkeypatch):
     """kz_triton's counting wrapper holds the kernel's own launch in a closure: no live ``__kwdefaults__`` to
     swap (kwdefaults_launch.py), and an interpreted launch accepts only a real bound method of the kernel."""
     from kz_triton import runtime
@@ -758,9 +749,18 @@ def test_the_launch_wrapper_keeps_what_it_calls_out_of_reach(tmp_path):
         __func__ = staticmethod(type(module.softmax_kernel).run)
         __self__ = module.softmax_kernel
 
+    # the launch check bounds the interpreter's memory functions for the process: put them back afterwards, so
+    # that later in-process interpreted kernels of this test session (bench's direct timings) run unbounded
+    from triton.runtime import interpreter
+
+    monkeypatch.setattr(interpreter, "_interpreter", interpreter._interpreter)
+    runtime._interpreter_snapshot.cache_clear()
     launch = runtime._Launch(module, module.softmax_kernel, Impostor(), set())
-    with pytest.raises(runtime.LaunchRefused, match="launch method was replaced"):
-        launch.verify()
+    try:
+        with pytest.raises(runtime.LaunchRefused, match="launch method was replaced"):
+            launch.verify()
+    finally:
+        runtime._interpreter_snapshot.cache_clear()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kzcore.metrics import FAST_P, FAST_P_RULE, geomean, is_faster, pass_at_k, summarize
@@ -63,6 +63,7 @@ def test_pass_at_k_rejects_impossible_arguments(n, c, k):
 
 
 @given(st.integers(1, 60).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+@settings(suppress_health_check=[HealthCheck.too_slow])  # a loaded 2-core machine draws slowly; the draws are tiny
 def test_pass_at_k_is_a_monotone_probability(args):
     n, c, k = args
     value = pass_at_k(n, c, k)

@@ -87,6 +87,25 @@ HOST_BUILD_ATTRS = ("torch.utils.cpp_extension",)
 NUMPY_ALLOWED = frozenset(
     "empty zeros ones full arange dtype float16 float32 float64 int32 int64 int8 uint8 bool_".split()
 )
+# What a Triton kernel module may import at all (roots), beside the deny list above: any other library can offer a
+# runner of source strings or a resolver of modules by name under a name no deny list spells (the standard
+# library's `doctest`, `timeit` and `cProfile` each did), while a kernel needs torch, Triton and a few plain-Python
+# helpers
+KERNEL_IMPORTS = frozenset(
+    """torch triton math cmath numbers numpy typing typing_extensions functools itertools collections dataclasses
+    enum abc operator os sys warnings __future__""".split()
+)
+# Dunder attributes a kernel module may read (`super().__init__()`, `fn.__name__`, `triton.__version__`): any other
+# reaches an object's internals whatever object it is read off (`len.__self__` is the builtins module)
+ALLOWED_DUNDER_ATTRS = frozenset("__init__ __name__ __qualname__ __doc__ __version__ __module__".split())
+# Dunder names a module may use as names (`if __name__ == "__main__"`)
+ALLOWED_DUNDER_NAMES = frozenset("__name__ __file__ __doc__".split())
+# Dunder methods a kernel module's classes may define: Python runs any other at moments the module does not
+# choose (`__del__` inside the reference's call, `__index__`/`__eq__`/`__hash__` when the evaluator reads a value,
+# `__init_subclass__`/`__set_name__` at class creation, `__instancecheck__` in the evaluator's `isinstance`)
+ALLOWED_DUNDER_METHODS = frozenset(
+    "__init__ __repr__ __str__ __post_init__ __len__ __getitem__ __iter__ __next__ __call__ __enter__ __exit__".split()
+)
 # Anywhere in the module (module-level code runs in the evaluator's process too):
 DYNAMIC_CALLS = frozenset("__import__ eval exec compile globals vars locals breakpoint".split())
 # names that reach namespaces, frames and closures, fetch attributes by a computed name, or evaluate strings as
@@ -240,9 +259,14 @@ def forward_violations(mod: ModuleInfo) -> list[str]:
     return out
 
 
-def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS) -> list[str]:
-    """try/except fallbacks, forbidden imports, attribute paths into PyTorch or Python internals, and the
-    ways around those rules (``escape_violations``)."""
+def common_violations(
+    tree: ast.Module,
+    forbidden_imports: frozenset[str] = FORBIDDEN_IMPORTS,
+    allowed_imports: frozenset[str] | None = None,
+) -> list[str]:
+    """try/except fallbacks, forbidden imports (with ``allowed_imports``, also every import whose root it does not
+    list), attribute paths into PyTorch or Python internals, and the ways around those rules
+    (``escape_violations``)."""
     problems: list[str] = []
     internals: dict[int, str] = {}
     aliases = module_aliases(tree)
@@ -257,6 +281,11 @@ def common_violations(tree: ast.Module, forbidden_imports: frozenset[str] = FORB
                     problems.append(f"line {node.lineno}: importing `{name}` is not allowed in a kernel module")
                 elif root.startswith("_") and root != "__future__":  # a C twin of a module the list bans (`_weakref`)
                     problems.append(f"line {node.lineno}: importing `{name}`, a private module, is not allowed")
+                elif allowed_imports is not None and root not in allowed_imports:
+                    shown = ", ".join(sorted(allowed_imports - {"__future__"}))
+                    problems.append(
+                        f"line {node.lineno}: importing `{name}` is not allowed in a kernel module (only {shown})"
+                    )
             # the import forms of the attribute paths below: `from torch import _C`, `from sys import modules`
             full = names if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
             for path in full:
@@ -480,10 +509,12 @@ def escape_violations(tree: ast.Module) -> list[str]:
                     add(f"line {line}: class `{node.name}` subclasses `{dotted(base)}` (no tensor subclasses or modes)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             add(_name_problem(node.name, line, node.name))
-            if node.name == "__del__":  # a finalizer: run when the collector decides, inside the evaluator's calls
-                add(f"line {line}: defines `__del__`, which Python runs at moments the module does not choose")
+            if _dunder(node.name) and node.name not in ALLOWED_DUNDER_METHODS:
+                add(f"line {line}: defines `{node.name}`, which Python runs at moments the module does not choose")
         elif isinstance(node, ast.Attribute):
             add(_name_problem(node.attr, line, dotted(node) or f".{node.attr}"))
+            if _dunder(node.attr) and node.attr not in ALLOWED_DUNDER_ATTRS | ESCAPE_NAMES | OVERRIDE_NAMES:
+                add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches into Python internals (a dunder)")
             if node.attr == "modules" and id(node) not in called and not _layer_package(node, aliases):
                 add(f"line {line}: `{dotted(node) or '….modules'}` not called: the interpreter's module table")
             own = isinstance(node.value, ast.Name) and node.value.id == node.attr
@@ -491,6 +522,8 @@ def escape_violations(tree: ast.Module) -> list[str]:
                 add(f"line {line}: `{dotted(node) or '.' + node.attr}` reaches a module through another one")
         elif isinstance(node, ast.Name):
             add(_name_problem(node.id, line, node.id))
+            if _dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES | ESCAPE_NAMES | DYNAMIC_CALLS | OVERRIDE_NAMES:
+                add(f"line {line}: `{node.id}` reaches into Python internals (a dunder)")
             if node.id in DYNAMIC_CALLS | REFLECTION_CALLS and id(node) not in called:
                 add(f"line {line}: `{node.id}` passed around as a value (dynamic access is not allowed)")
         elif isinstance(node, ast.ImportFrom):

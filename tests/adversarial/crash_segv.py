@@ -1,7 +1,6 @@
-"""Fault: forward kills its own process with SIGSEGV (1_ReLU)."""
+"""Fault: forward kills its own process with SIGSEGV, signal 11 (1_ReLU; `signal` is not importable)."""
 
 import os
-import signal
 
 import torch
 import triton
@@ -22,7 +21,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        os.kill(os.getpid(), signal.SIGSEGV)
+        os.kill(os.getpid(), 11)
         out = torch.empty_like(x)
         relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
         return out

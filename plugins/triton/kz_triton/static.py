@@ -18,6 +18,7 @@ import functools
 
 from kzcore import (
     FORBIDDEN_IMPORTS,
+    KERNEL_IMPORTS,
     ModuleInfo,
     ast_walk,
     common_violations,
@@ -525,7 +526,7 @@ def check_source(source: str) -> list[str]:
         problems.append("`ModelNew` has no `forward` method")
     if not mod.kernels:
         problems.append("no `@triton.jit` kernel defined")
-    problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"})
+    problems += common_violations(tree, FORBIDDEN_IMPORTS | {"kz_triton"}, KERNEL_IMPORTS)
     triton_names, _ = _triton_imports(tree)
     module_rules = jit_by_call_violations(tree, triton_names) + interpreter_name_violations(tree)
     module_rules += shadow_violations(tree) + triton_internal_violations(tree)

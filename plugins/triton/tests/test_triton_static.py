@@ -86,7 +86,7 @@ def test_forward_path_violations(line, expected):
 
 
 def test_try_except_anywhere_is_a_violation():
-    source = GOOD + "\n\ntry:\n    import fast_path\nexcept ImportError:\n    fast_path = None\n"
+    source = GOOD + "\n\ntry:\n    import numpy\nexcept ImportError:\n    numpy = None\n"
     assert check_source(source) == [f"line {line_of(source, 'try:')}: try/except is not allowed (no fallback paths)"]
 
 
@@ -201,9 +201,10 @@ def launch(x, n):
 def test_tensor_data_taken_to_the_host_in_the_forward_path(line):
     source = with_forward(line)
     name = line.split(".")[-1].split("(")[0]
-    assert check_source(source) == [
-        f"line {line_of(source, line)}: `.{name}()` takes tensor data to Python or NumPy in the forward path"
-    ]
+    expected = f"line {line_of(source, line)}: `.{name}()` takes tensor data to Python or NumPy in the forward path"
+    problems = check_source(source)
+    assert expected in problems
+    assert all(p == expected or "reaches into Python internals (a dunder)" in p for p in problems), problems
 
 
 @pytest.mark.parametrize(
